@@ -1,0 +1,192 @@
+"""Load a labelled dataset from a built-in name or a file, validated into a ``Dataset``."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from pathlib import Path
+from typing import Any, Sequence
+
+from labelrl.data.builtin import BUILTIN_DATASETS, builtin_help
+from labelrl.data.schema import ColumnSpec, RawTable, RowProblem, build_examples, resolve_columns
+from labelrl.fileio import atomic_write_text
+from labelrl.types import Dataset
+
+JSONL_SUFFIXES = (".jsonl", ".ndjson")
+CSV_SUFFIXES = (".csv",)
+PARQUET_SUFFIXES = (".parquet", ".pq")
+
+
+def accepted_forms() -> str:
+    names = ", ".join(BUILTIN_DATASETS.names())
+    return (
+        f"a built-in name ({names}), a .jsonl, .csv or .parquet file, "
+        "or a directory written by datasets.Dataset.save_to_disk"
+    )
+
+
+def decode_utf8(path: Path) -> str:
+    """A user's text file as str; a non-UTF-8 byte is an error naming its offset and line."""
+    raw = path.read_bytes()
+    try:
+        return raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = raw[: exc.start].count(b"\n") + 1
+        bad = raw[exc.start : exc.start + 1]
+        raise ValueError(
+            f"{path}: byte offset {exc.start} (line {line}) is not valid UTF-8 ({bad!r}); "
+            "re-save the file as UTF-8"
+        ) from None
+
+
+def read_jsonl(path: Path) -> RawTable:
+    """One JSON object per line; blank lines are ignored, a broken line is a bad row."""
+    rows: list[dict[str, Any] | RowProblem] = []
+    columns: dict[str, None] = {}
+    # Split on "\n" only: str.splitlines would also split on U+2028 inside JSON strings.
+    for line in decode_utf8(path).split("\n"):
+        line = line.rstrip("\r")
+        if not line.strip():
+            continue
+        row = len(rows) + 1
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as exc:
+            rows.append(RowProblem(row, None, line, f"not valid JSON ({exc.msg} at char {exc.pos})"))
+            continue
+        if not isinstance(obj, dict):
+            rows.append(RowProblem(row, None, obj, f"a JSONL row must be a JSON object, got {type(obj).__name__}"))
+            continue
+        columns.update(dict.fromkeys(obj))
+        rows.append(obj)
+    return RawTable(str(path), tuple(columns), rows)
+
+
+def read_csv(path: Path) -> RawTable:
+    """A CSV file with a header line; every value is a string (empty → missing)."""
+    reader = csv.DictReader(io.StringIO(decode_utf8(path), newline=""))
+    try:
+        header = reader.fieldnames
+        if header is None:
+            return RawTable(str(path), (), [])
+        repeated = sorted({c for c in header if header.count(c) > 1})
+        if repeated:
+            raise ValueError(f"{path}: the header repeats column(s) {repeated}; give every column a distinct name")
+        rows: list[dict[str, Any] | RowProblem] = []
+        for values in reader:
+            row = len(rows) + 1
+            if None in values:
+                n = len(header) + len(values[None])
+                rows.append(RowProblem(row, None, values[None], f"row has {n} fields but the header has {len(header)}",
+                                       "quote fields that contain commas"))
+            else:
+                rows.append({k: (None if v == "" else v) for k, v in values.items()})
+    except csv.Error as exc:
+        raise ValueError(f"{path}: line {reader.line_num}: malformed CSV ({exc}); fix the quoting on that line") from None
+    return RawTable(str(path), tuple(header), rows)
+
+
+def read_parquet(path: Path) -> RawTable:
+    import pyarrow.parquet as pq
+
+    try:
+        table = pq.read_table(path)
+    except Exception as exc:  # pyarrow raises several types for a corrupt file
+        raise ValueError(f"{path}: not a readable Parquet file ({exc}); write it with pyarrow or pandas") from None
+    return RawTable(str(path), tuple(table.column_names), table.to_pylist())
+
+
+def read_saved_dataset(path: Path) -> RawTable:
+    """A directory written by ``datasets.Dataset.save_to_disk`` (one split)."""
+    import datasets
+
+    try:
+        data = datasets.load_from_disk(str(path))
+    except FileNotFoundError:
+        raise ValueError(
+            f"{path}: a directory, but not one written by datasets.Dataset.save_to_disk; give {accepted_forms()}"
+        ) from None
+    if isinstance(data, datasets.DatasetDict):
+        splits = ", ".join(data)
+        raise ValueError(
+            f"{path}: holds several splits ({splits}); give one split's folder, e.g. {path / next(iter(data))}"
+        )
+    return RawTable(str(path), tuple(data.column_names), data.to_list())
+
+
+def read_table(path: Path) -> RawTable:
+    """Dispatch on the path: a directory, or a file by its extension."""
+    if path.is_dir():
+        return read_saved_dataset(path)
+    if not path.is_file():
+        if not path.suffix and len(path.parts) == 1:  # looks like a misspelt built-in name
+            raise ValueError(f"{path}: no such built-in dataset or file; built-ins are {builtin_help()}")
+        raise ValueError(f"{path}: no such file or built-in dataset; give {accepted_forms()}")
+    suffix = path.suffix.lower()
+    if suffix in JSONL_SUFFIXES:
+        return read_jsonl(path)
+    if suffix in CSV_SUFFIXES:
+        return read_csv(path)
+    if suffix in PARQUET_SUFFIXES:
+        return read_parquet(path)
+    raise ValueError(f"{path}: unknown file type {suffix or '(no extension)'!r}; give {accepted_forms()}")
+
+
+def load_dataset(
+    source: str | Path,
+    *,
+    text_cols: Sequence[str] | str | None = None,
+    label_col: str | None = None,
+    labels: Sequence[str] | str | None = None,
+    kind: str | None = None,
+    positive: str | None = None,
+    id_col: str | None = None,
+    on_bad_row: str = "error",
+) -> Dataset:
+    """Read and validate a labelled dataset.
+
+    ``source`` is a built-in name (see ``BUILTIN_DATASETS``) or a path to a JSONL, CSV or
+    Parquet file, or to a ``datasets.save_to_disk`` directory. ``text_cols`` (several are
+    joined as ``col: value`` lines; each is also kept in ``Example.fields``) and
+    ``label_col`` default to the built-in's choices, else to columns named ``text`` and
+    ``label``. Columns not used as text, label or id go to ``Example.meta``.
+
+    The label set is ``labels`` (ordered, lowest grade first for ordinal; a comma-separated
+    string is split) with ``kind`` and, for binary, ``positive``; else the built-in's; else
+    inferred from the data (``schema.infer_labels``, ``schema.infer_kind``). Ids come from
+    ``id_col``, else the 1-based data row number. Bad rows raise (``on_bad_row="error"``) or
+    are recorded in ``Dataset.skipped_rows`` (``"skip"``); see ``schema.build_examples``.
+    """
+    if isinstance(text_cols, str):
+        text_cols = [text_cols]
+    if isinstance(labels, str):
+        labels = [x.strip() for x in labels.split(",") if x.strip()]
+    name = str(source)
+    defaults, default_spaces = None, {}
+    if name in BUILTIN_DATASETS:
+        builtin = BUILTIN_DATASETS.get(name).read()
+        table = RawTable(name, builtin.columns, builtin.rows)
+        defaults = ColumnSpec(builtin.text_cols, builtin.label_col, builtin.id_col)
+        default_spaces = builtin.label_spaces
+    else:
+        path = Path(source)
+        table = read_table(path)
+        name = path.stem if path.is_file() else path.name
+    spec = resolve_columns(table, text_cols, label_col, id_col, defaults)
+    examples, space, skipped = build_examples(
+        table, spec, labels=labels, kind=kind, positive=positive,
+        default_space=default_spaces.get(spec.label_col), on_bad_row=on_bad_row,
+    )
+    return Dataset(name=name, examples=tuple(examples), labels=space, source=str(source), skipped_rows=tuple(skipped))
+
+
+def write_skipped_rows(dataset: Dataset, path: str | Path) -> Path:
+    """Write ``dataset.skipped_rows`` as JSONL (one ``{row, column, value, reason}`` a line).
+
+    An empty file means no row was skipped, so a reader can tell "none" from "not saved".
+    """
+    path = Path(path)
+    lines = [json.dumps(r, ensure_ascii=False, sort_keys=True, default=str) + "\n" for r in dataset.skipped_rows]
+    atomic_write_text(path, "".join(lines))
+    return path

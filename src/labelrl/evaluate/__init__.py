@@ -1,0 +1,1 @@
+"""Evaluation: label-token scoring, metrics, sweeps, routing, the holdout ledger."""

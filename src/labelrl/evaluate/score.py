@@ -1,0 +1,86 @@
+"""Label-token scoring: the probability of each label from one forward pass, no generation.
+
+After the prompt and the answer prefix ``<answer>``, a direct model's next tokens spell the
+label. When every label starts with a different token, one forward pass over
+``prompt + <answer>`` gives them all: p(label_k) = softmax over the K first-token logits
+(for binary, p = P(pos)/(P(pos)+P(neg))). When two labels share their first token, each
+label's whole token sequence is scored (K teacher-forced passes) and the K sequence
+log-probabilities are normalised the same way.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+
+from labelrl.data.prompts import ANSWER_PREFIX
+from labelrl.types import LabelSpace
+
+
+def label_token_ids(tokenizer, labels: LabelSpace) -> list[list[int]]:
+    """Token ids of each label as it follows ``<answer>`` (the boundary SFT trains on)."""
+    prefix = tokenizer(ANSWER_PREFIX, add_special_tokens=False)["input_ids"]
+    out = []
+    for label in labels.labels:
+        full = tokenizer(ANSWER_PREFIX + label, add_special_tokens=False)["input_ids"]
+        if full[: len(prefix)] != prefix or len(full) == len(prefix):
+            raise ValueError(
+                f"label {label!r}: its tokens merge with '{ANSWER_PREFIX}' in this tokenizer, so "
+                "label-token scoring is ill-defined; rename the label (e.g. without leading punctuation)"
+            )
+        out.append(full[len(prefix):])
+    return out
+
+
+def _left_pad(seqs: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    width = max(len(s) for s in seqs)
+    ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(seqs), width), dtype=torch.long)
+    for i, s in enumerate(seqs):
+        ids[i, width - len(s):] = torch.tensor(list(s), dtype=torch.long)
+        mask[i, width - len(s):] = 1
+    # Positions count real tokens only, so left padding does not shift them.
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    return ids, mask, positions
+
+
+@torch.inference_mode()
+def _last_logprobs(model, seqs: Sequence[Sequence[int]], pad_id: int) -> torch.Tensor:
+    ids, mask, positions = _left_pad(seqs, pad_id)
+    logits = model(input_ids=ids, attention_mask=mask, position_ids=positions).logits[:, -1, :]
+    return torch.log_softmax(logits.float(), dim=-1)
+
+
+@torch.inference_mode()
+def _sequence_logprob(model, prefixes: Sequence[Sequence[int]], cont: Sequence[int], pad_id: int) -> torch.Tensor:
+    seqs = [list(p) + list(cont) for p in prefixes]
+    ids, mask, positions = _left_pad(seqs, pad_id)
+    logits = model(input_ids=ids, attention_mask=mask, position_ids=positions).logits.float()
+    n = len(cont)
+    logp = torch.log_softmax(logits[:, -n - 1 : -1, :], dim=-1)
+    target = torch.tensor(cont, dtype=torch.long).expand(len(seqs), n)
+    return logp.gather(-1, target.unsqueeze(-1)).squeeze(-1).sum(-1)
+
+
+def score_labels(
+    model, tokenizer, prompt_ids: Sequence[Sequence[int]], labels: LabelSpace, *, batch_size: int = 16
+) -> torch.Tensor:
+    """Probabilities [N, K] of each label for each prompt (rows sum to 1)."""
+    label_ids = label_token_ids(tokenizer, labels)
+    prefix = tokenizer(ANSWER_PREFIX, add_special_tokens=False)["input_ids"]
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    first = [ids[0] for ids in label_ids]
+    distinct_first = len(set(first)) == len(first)
+    was_training = model.training
+    model.eval()
+    rows = []
+    for start in range(0, len(prompt_ids), batch_size):
+        chunk = [list(p) + prefix for p in prompt_ids[start : start + batch_size]]
+        if distinct_first:
+            logp = _last_logprobs(model, chunk, pad_id)[:, first]
+        else:
+            logp = torch.stack([_sequence_logprob(model, chunk, ids, pad_id) for ids in label_ids], dim=-1)
+        rows.append(torch.softmax(logp, dim=-1))
+    model.train(was_training)
+    return torch.cat(rows) if rows else torch.zeros((0, labels.k))

@@ -1,0 +1,57 @@
+"""Every logged metric name, defined once.
+
+Names follow ``area/quantity``; docs/metrics.md gives each one's formula. Code that logs
+or reads a metric imports the constant, never spells the string.
+"""
+
+from __future__ import annotations
+
+STEP = "step"
+
+# reward/: graded rewards of all rollouts in the step (after format gate and truncation policy)
+REWARD_MEAN = "reward/mean"
+REWARD_STD = "reward/std"
+ACCURACY = "reward/accuracy"  # share of rollouts whose parsed answer equals the label
+
+# rollout/: completions sampled this step
+LENGTH_MEAN = "rollout/length_mean"
+LENGTH_P50 = "rollout/length_p50"
+LENGTH_P90 = "rollout/length_p90"
+LENGTH_MAX = "rollout/length_max"
+TRUNCATED_FRAC = "rollout/truncated_frac"
+THINK_CLOSED_FRAC = "rollout/think_closed_frac"
+PARSE_FAIL_FRAC = "rollout/parse_fail_frac"
+TOKENS_PER_S = "rollout/tokens_per_s"
+
+# groups/: the skip rule and what it does to the label mix
+UNIFORM_FRAC = "groups/uniform_frac"
+SKIPPED = "groups/skipped"
+TOKEN_PASSES_SAVED = "groups/token_passes_saved"
+LABEL_SHARE_INFORMATIVE = "groups/label_share_informative"  # + "/<label>"
+LABEL_SHARE_DATA = "groups/label_share_data"  # + "/<label>"
+
+# adv/: advantage diagnostics
+FAILED_POSITIVE_FRAC = "adv/failed_positive_frac"
+FAILED_POSITIVE_COUNT = "adv/failed_positive_count"
+CORPO_CORRECTNESS_REGIME = "adv/corpo_correctness_regime_frac"
+CORPO_PREFERENCE_REGIME = "adv/corpo_preference_regime_frac"
+ADV_MEAN = "adv/mean"
+ADV_ABS_MEAN = "adv/abs_mean"
+
+# train/: the update
+LOSS = "train/loss"
+GRAD_NORM = "train/grad_norm"
+LEARNING_RATE = "train/lr"
+KL = "train/kl"
+NONFINITE_SKIPPED = "train/nonfinite_skipped"
+STEP_SECONDS = "perf/step_seconds"
+PEAK_MEMORY_MB = "perf/peak_memory_mb"
+
+# eval/: validation during training
+EVAL_ACCURACY = "eval/accuracy"
+EVAL_BALANCED_ACCURACY = "eval/balanced_accuracy"
+
+
+def per_label(prefix: str, label: str) -> str:
+    """``groups/label_share_informative/spam``: one metric per reference label."""
+    return f"{prefix}/{label}"

@@ -1,0 +1,144 @@
+"""Per-token log-probs of sampled completions: the training forward pass.
+
+Two routes give the same numbers and the same gradients:
+
+* ``completion_logprobs``: one sequence per sample (prompt then completion), N = B*G rows.
+* ``completion_logprobs_shared``: each prompt runs once and keeps its KV cache *with*
+  gradients; the cache is repeated G times and the G completions run on top of it, so the
+  prompt costs B token passes instead of B*G and its gradient arrives once, summed over
+  its G completions by the backward of ``repeat_interleave``.
+
+Layout, both routes: prompts are left-padded to a common width P and completions follow,
+right-padded to the longest completion T. Every completion therefore starts at column P, so
+the logits needed (columns P−1 … P+T−2) are one slice, and the vocabulary projection and
+log-softmax run on N×T positions only, never on prompt positions.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+
+from labelrl.rollout.sampler import cache_kwarg, left_pad, model_device, new_cache
+
+
+def completion_logprobs(
+    model: torch.nn.Module,
+    prompt_ids: Sequence[Sequence[int]],
+    completion_ids: Sequence[Sequence[int]],
+    *,
+    pad_token_id: int,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Log-probs [N, T] (float32, with gradients when enabled) and mask [N, T] (bool).
+
+    ``logprobs[n, t] = log π(completion_ids[n][t] | prompt_ids[n], completion_ids[n][:t])``
+    at temperature 1; T is the longest completion; positions past a completion's end hold 0
+    and ``mask`` False. ``prompt_ids`` has one prompt per completion (repeat each of B
+    prompts G times, or call ``completion_logprobs_shared``). One forward pass; the model's
+    train/eval mode is left as it is.
+    """
+    _check_inputs(prompt_ids, completion_ids, pad_token_id)
+    if len(prompt_ids) != len(completion_ids):
+        raise ValueError(
+            f"{len(prompt_ids)} prompts for {len(completion_ids)} completions: completion_logprobs needs one "
+            "prompt per completion; repeat each prompt G times, or use completion_logprobs_shared(..., group_size=G)"
+        )
+    targets, mask = _right_pad(completion_ids, pad_token_id, model_device(model))
+    width = targets.shape[1]
+    if width == 0:
+        return torch.zeros(targets.shape, dtype=torch.float32, device=targets.device), mask
+    input_ids, attention_mask, position_ids = left_pad(prompt_ids, pad_token_id, targets.device)
+    # The last completion token predicts nothing we need, so it is not fed.
+    input_ids = torch.cat([input_ids, targets[:, :-1]], dim=1)
+    attention_mask = torch.cat([attention_mask, mask[:, :-1].long()], dim=1)
+    position_ids = torch.cat([position_ids, position_ids[:, -1:] + torch.arange(1, width, device=targets.device)], dim=1)
+    out = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                use_cache=False, logits_to_keep=width)
+    return _gather_logprobs(out.logits, targets, mask), mask
+
+
+def completion_logprobs_shared(
+    model: torch.nn.Module,
+    prompt_ids: Sequence[Sequence[int]],
+    completion_ids: Sequence[Sequence[int]],
+    group_size: int,
+    *,
+    pad_token_id: int,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Same result as ``completion_logprobs`` with each of the B prompts repeated G times,
+    computing each prompt once: ``completion_ids`` [B*G] is grouped contiguously (prompt i
+    owns rows i*G … i*G+G−1, as ``sample_groups`` returns them).
+
+    The prompt pass keeps its KV cache in the autograd graph (no inference mode, use_cache);
+    the cache is repeated G times and the completions run on it. With gradient
+    checkpointing active (training mode, gradients on) transformers drops the cache inside
+    checkpointed layers, so this falls back to the plain pass, which is correct, only slower.
+    """
+    _check_inputs(prompt_ids, completion_ids, pad_token_id)
+    if group_size < 1 or len(completion_ids) != len(prompt_ids) * group_size:
+        raise ValueError(
+            f"{len(completion_ids)} completions for {len(prompt_ids)} prompts with group_size={group_size}: "
+            "the shared pass needs exactly B*G completions grouped by prompt; pass the RolloutBatch rows in order"
+        )
+    repeated = [p for p in prompt_ids for _ in range(group_size)]
+    if _checkpointing(model) and model.training and torch.is_grad_enabled():
+        return completion_logprobs(model, repeated, completion_ids, pad_token_id=pad_token_id)
+    targets, mask = _right_pad(completion_ids, pad_token_id, model_device(model))
+    width = targets.shape[1]
+    if width == 0:
+        return torch.zeros(targets.shape, dtype=torch.float32, device=targets.device), mask
+    input_ids, prompt_mask, position_ids = left_pad(prompt_ids, pad_token_id, targets.device)
+    cache, cache_arg = new_cache(model), cache_kwarg(model)
+    out = model(input_ids=input_ids, attention_mask=prompt_mask, position_ids=position_ids,
+                use_cache=True, logits_to_keep=1, **{cache_arg: cache})
+    logits = out.logits.repeat_interleave(group_size, dim=0)  # [N, 1, V]: predicts token 0
+    if width > 1:
+        cache.batch_repeat_interleave(group_size)
+        start = position_ids[:, -1:].repeat_interleave(group_size, dim=0) + 1
+        attention_mask = torch.cat([prompt_mask.repeat_interleave(group_size, dim=0), mask[:, :-1].long()], dim=1)
+        out = model(input_ids=targets[:, :-1], attention_mask=attention_mask,
+                    position_ids=start + torch.arange(width - 1, device=targets.device),
+                    use_cache=True, **{cache_arg: cache})
+        logits = torch.cat([logits, out.logits], dim=1)  # [N, T, V]
+    return _gather_logprobs(logits, targets, mask), mask
+
+
+def _checkpointing(model: torch.nn.Module) -> bool:
+    """Whether activation (gradient) checkpointing is on; the property's name changed in 5.x."""
+    for name in ("is_activation_checkpointing", "is_gradient_checkpointing"):
+        try:
+            return bool(getattr(model, name))
+        except AttributeError:
+            continue
+    return False
+
+
+def _check_inputs(prompt_ids, completion_ids, pad_token_id) -> None:
+    if len(prompt_ids) == 0 or len(completion_ids) == 0:
+        raise ValueError("no prompts or no completions: log-probs need at least one of each; pass the sampled batch")
+    for i, prompt in enumerate(prompt_ids):
+        if len(prompt) == 0:
+            raise ValueError(f"prompt_ids[{i}] is empty: every prompt needs at least one token; add a BOS or chat-template token")
+    if not isinstance(pad_token_id, int) or pad_token_id < 0:
+        raise ValueError(f"pad_token_id={pad_token_id!r}: must be a token id (int >= 0); pass the tokenizer's pad or EOS id")
+
+
+def _right_pad(completion_ids, pad_token_id: int, device) -> tuple[torch.Tensor, torch.Tensor]:
+    """Completion tokens [N, T] right-padded with ``pad_token_id`` and their mask [N, T]."""
+    width = max(len(c) for c in completion_ids)
+    targets = torch.full((len(completion_ids), width), pad_token_id, dtype=torch.long)
+    mask = torch.zeros((len(completion_ids), width), dtype=torch.bool)
+    for n, completion in enumerate(completion_ids):
+        targets[n, : len(completion)] = torch.as_tensor(list(completion), dtype=torch.long)
+        mask[n, : len(completion)] = True
+    return targets.to(device), mask.to(device)
+
+
+def _gather_logprobs(logits: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """log softmax(logits)[target] as logit[target] − logsumexp(logits), in float32, without
+    materialising the [N, T, V] log-softmax; 0 where ``mask`` is False."""
+    logits = logits.float()
+    picked = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+    logprobs = picked - torch.logsumexp(logits, dim=-1)
+    return logprobs.masked_fill(~mask, 0.0)

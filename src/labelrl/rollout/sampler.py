@@ -1,0 +1,269 @@
+"""The shared-prompt KV-cache sampler: G completions for each of B prompts.
+
+Each prompt is run through the model once (the B prompts batched with left padding), its
+key/value cache is then repeated G times along the batch dimension, and all B*G samples
+decode together, one token per step. Compared with ``model.generate(num_return_sequences=G)``,
+which copies every prompt G times before the first forward pass, the prefill costs B prompt
+passes instead of B*G.
+
+The helpers here (left padding, argument checks, logit warping, seeding, eval mode) are
+shared by every backend, so the backends agree on what each argument means.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Iterator, Sequence
+
+import torch
+from transformers import DynamicCache
+
+
+@dataclass
+class RolloutBatch:
+    """B prompts × G samples, grouped contiguously: prompt i owns rows i*G … i*G+G−1.
+
+    ``logprobs[r][t]`` is log π(token t | prompt, tokens < t) under the model's raw
+    distribution at temperature 1, whatever temperature/top-k/top-p the token was drawn
+    with: that is the quantity the trainer's importance ratio compares against, and what
+    ``labelrl.rollout.logprobs.completion_logprobs`` recomputes with gradients.
+    """
+
+    completion_ids: list[list[int]]  # [B*G][length], EOS included when produced
+    logprobs: list[list[float]]  # [B*G][length], nats, temperature-1 policy
+    truncated: list[bool]  # [B*G] hit max_new_tokens without producing EOS
+    lengths: list[int]  # [B*G] number of generated tokens
+    prompt_index: list[int]  # [B*G] row → index of its prompt in the input list
+    group_size: int
+    timings: dict[str, float] = field(default_factory=dict)  # prefill_s, decode_s, new_tokens
+
+
+def check_sampling_args(
+    prompt_ids: Sequence[Sequence[int]], *, group_size: int, max_new_tokens: int,
+    pad_token_id: int, temperature: float, top_p: float, top_k: int,
+) -> None:
+    """Raise ValueError naming the value, the rule and the fix for bad user input."""
+    if len(prompt_ids) == 0:
+        raise ValueError("prompt_ids is empty: sampling needs at least one prompt; pass a list of token-id lists")
+    for i, prompt in enumerate(prompt_ids):
+        if len(prompt) == 0:
+            raise ValueError(f"prompt_ids[{i}] is empty: every prompt needs at least one token; add a BOS or chat-template token")
+    if group_size < 1:
+        raise ValueError(f"group_size={group_size}: need at least 1 completion per prompt; set group_size to 1 or more")
+    if max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens={max_new_tokens}: need room for at least one token; set max_new_tokens to 1 or more")
+    if not isinstance(pad_token_id, int) or pad_token_id < 0:
+        raise ValueError(f"pad_token_id={pad_token_id!r}: must be a token id (int >= 0); pass the tokenizer's pad or EOS id")
+    if not (temperature >= 0 and math.isfinite(temperature)):
+        raise ValueError(f"temperature={temperature}: must be finite and >= 0 (0 means greedy); set e.g. temperature=1.0")
+    if not 0 < top_p <= 1:
+        raise ValueError(f"top_p={top_p}: the nucleus mass must lie in (0, 1]; use 1.0 to switch nucleus sampling off")
+    if top_k < 0:
+        raise ValueError(f"top_k={top_k}: must be >= 0; use 0 to switch top-k off")
+
+
+def normalise_eos(eos_token_ids: int | Sequence[int] | None) -> list[int]:
+    """One id, several ids or None (no stop token: every sample runs to max_new_tokens)."""
+    if eos_token_ids is None:
+        return []
+    if isinstance(eos_token_ids, int):
+        return [eos_token_ids]
+    return [int(t) for t in eos_token_ids]
+
+
+def make_generator(seed: int | None, generator: torch.Generator | None) -> torch.Generator:
+    """The CPU generator that draws every sample: ``generator`` as given, a fresh one seeded
+    with ``seed``, or (neither) one seeded from torch's global RNG, so ``torch.manual_seed``
+    still makes an unseeded call reproducible."""
+    if seed is not None and generator is not None:
+        raise ValueError("seed and generator were both given: pass one (seed for a fresh stream, generator to continue one)")
+    if generator is not None:
+        return generator
+    if seed is None:
+        seed = int(torch.randint(0, 2**62, (1,)).item())
+    return torch.Generator(device="cpu").manual_seed(int(seed))
+
+
+def left_pad(
+    prompt_ids: Sequence[Sequence[int]], pad_token_id: int, device: torch.device | str = "cpu",
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Left-padded ``input_ids`` [B, P], ``attention_mask`` [B, P] and ``position_ids`` [B, P].
+
+    Positions count real tokens only (0 at each prompt's first token), as
+    ``generate`` does, so padding never shifts a prompt's rotary positions; pad slots get 0.
+    """
+    width = max(len(p) for p in prompt_ids)
+    input_ids = torch.full((len(prompt_ids), width), pad_token_id, dtype=torch.long)
+    attention_mask = torch.zeros((len(prompt_ids), width), dtype=torch.long)
+    for i, prompt in enumerate(prompt_ids):
+        input_ids[i, width - len(prompt):] = torch.as_tensor(list(prompt), dtype=torch.long)
+        attention_mask[i, width - len(prompt):] = 1
+    position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
+    return input_ids.to(device), attention_mask.to(device), position_ids.to(device)
+
+
+def warp_logits(logits: torch.Tensor, *, temperature: float, top_k: int, top_p: float) -> torch.Tensor:
+    """Float32 scores [N, V] to sample from: temperature, then top-k, then top-p (the order
+    ``generate`` applies them); tokens outside the kept set get -inf.
+
+    top-k keeps every token tied with the k-th score; top-p keeps, in decreasing order, each
+    token whose strictly-more-likely tokens hold less than ``top_p`` of the mass (so the most
+    likely token always survives). ``temperature`` must be > 0 here; 0 is handled as argmax.
+    """
+    scores = logits.float() / temperature
+    vocab = scores.shape[-1]
+    if 0 < top_k < vocab:
+        kth = torch.topk(scores, top_k, dim=-1).values[..., -1:]
+        scores = scores.masked_fill(scores < kth, -math.inf)
+    if top_p < 1.0:
+        sorted_scores, order = torch.sort(scores, dim=-1, descending=True)
+        probs = sorted_scores.softmax(dim=-1)
+        mass_before = probs.cumsum(dim=-1) - probs
+        drop_sorted = mass_before >= top_p
+        drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
+        scores = scores.masked_fill(drop, -math.inf)
+    return scores
+
+
+def choose_tokens(
+    logits: torch.Tensor, *, temperature: float, top_k: int, top_p: float, generator: torch.Generator,
+) -> torch.Tensor:
+    """Next token per row [N] from raw logits [N, V]: argmax at temperature 0, else a draw."""
+    if temperature == 0:
+        return logits.argmax(dim=-1)
+    probs = warp_logits(logits, temperature=temperature, top_k=top_k, top_p=top_p).softmax(dim=-1)
+    # Drawn on the CPU so one seed gives the same tokens on every device.
+    return torch.multinomial(probs.cpu(), 1, generator=generator).squeeze(-1).to(logits.device)
+
+
+@contextlib.contextmanager
+def eval_mode(model: torch.nn.Module) -> Iterator[None]:
+    """Dropout off while sampling; each submodule's own train/eval flag is restored after."""
+    flags = {module: module.training for module in model.modules()}
+    model.eval()
+    try:
+        yield
+    finally:
+        for module, training in flags.items():
+            module.training = training
+
+
+def model_device(model: torch.nn.Module) -> torch.device:
+    return next(model.parameters()).device
+
+
+def cache_kwarg(model: torch.nn.Module) -> str:
+    """The forward argument that takes the KV cache: ``cache`` in newer transformers 5.x,
+    ``past_key_values`` before (still accepted, with a deprecation warning, until 5.40)."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return "cache" if "cache" in inspect.signature(base.forward).parameters else "past_key_values"
+
+
+def new_cache(model: torch.nn.Module) -> DynamicCache:
+    return DynamicCache(config=model.config)
+
+
+def sample_groups(
+    model: torch.nn.Module,
+    prompt_ids: Sequence[Sequence[int]],
+    *,
+    group_size: int,
+    max_new_tokens: int,
+    eos_token_ids: int | Sequence[int] | None,
+    pad_token_id: int,
+    temperature: float = 1.0,
+    top_p: float = 1.0,
+    top_k: int = 0,
+    seed: int | None = None,
+    generator: torch.Generator | None = None,
+) -> RolloutBatch:
+    """Sample ``group_size`` completions for each prompt, sharing each prompt's KV cache.
+
+    The B prompts are prefilled once, left-padded in one batch; the cache is repeated G
+    times (``repeat_interleave`` on the batch dimension) and the B*G samples decode
+    together. A sample stops at any of ``eos_token_ids`` (kept in its completion) or after
+    ``max_new_tokens`` (then ``truncated``). A finished sample is dropped from the decoding
+    batch, cache rows included, which is what padding it would do, without the compute;
+    decoding stops once every sample has finished.
+
+    Sampling: ``temperature`` 0 is greedy (argmax, the same tokens as
+    ``model.generate(do_sample=False)``); otherwise temperature, top-k (0: off) and top-p
+    (1.0: off) are applied in that order on float32 logits and a token is drawn with a CPU
+    ``torch.Generator``: ``seed`` starts a fresh one, ``generator`` continues yours; the
+    same seed and inputs give the same samples. The model is put in eval mode for the call
+    and restored after. Log-probs are those of the temperature-1 policy (see RolloutBatch).
+    """
+    check_sampling_args(prompt_ids, group_size=group_size, max_new_tokens=max_new_tokens,
+                        pad_token_id=pad_token_id, temperature=temperature, top_p=top_p, top_k=top_k)
+    rng = make_generator(seed, generator)
+    options = dict(temperature=temperature, top_k=top_k, top_p=top_p, generator=rng)
+    with torch.inference_mode(), eval_mode(model):
+        started = time.perf_counter()
+        state = _prefill(model, prompt_ids, group_size, pad_token_id)
+        prefilled = time.perf_counter()
+        steps = _decode(model, *state, max_new_tokens, normalise_eos(eos_token_ids), options)
+        finished = time.perf_counter()
+    batch = _assemble(steps, len(prompt_ids), group_size, max_new_tokens, normalise_eos(eos_token_ids))
+    batch.timings = {"prefill_s": prefilled - started, "decode_s": finished - prefilled,
+                     "new_tokens": float(sum(batch.lengths))}
+    return batch
+
+
+def _prefill(model, prompt_ids, group_size: int, pad_token_id: int):
+    """One forward over the B prompts; returns the cache and state expanded to B*G rows."""
+    input_ids, attention_mask, position_ids = left_pad(prompt_ids, pad_token_id, model_device(model))
+    cache = new_cache(model)
+    cache_arg = cache_kwarg(model)
+    out = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                use_cache=True, logits_to_keep=1, **{cache_arg: cache})
+    cache.batch_repeat_interleave(group_size)
+    logits = out.logits[:, -1].float().repeat_interleave(group_size, dim=0)  # [B*G, V]
+    next_positions = position_ids[:, -1:].repeat_interleave(group_size, dim=0) + 1  # [B*G, 1]
+    return cache_arg, cache, logits, attention_mask.repeat_interleave(group_size, dim=0), next_positions
+
+
+def _decode(model, cache_arg: str, cache, logits, attention_mask, positions, max_new_tokens: int,
+            eos: list[int], options: dict):
+    """Decode until every row has stopped; returns per step (live rows, tokens, log-probs)."""
+    live = torch.arange(logits.shape[0])  # original row index of each live row
+    eos_ids = torch.tensor(eos, dtype=torch.long, device=logits.device)
+    steps = []
+    for step in range(max_new_tokens):
+        tokens = choose_tokens(logits, **options)
+        logprobs = torch.log_softmax(logits, dim=-1).gather(-1, tokens[:, None]).squeeze(-1)
+        steps.append((live, tokens.cpu(), logprobs.cpu()))
+        keep = ~torch.isin(tokens, eos_ids)
+        if step == max_new_tokens - 1 or not keep.any():
+            break
+        if not keep.all():
+            rows = keep.nonzero().squeeze(-1)
+            cache.batch_select_indices(rows)
+            live, tokens = live[rows.cpu()], tokens[rows]
+            attention_mask, positions = attention_mask[rows], positions[rows]
+        attention_mask = torch.cat([attention_mask, attention_mask.new_ones((len(live), 1))], dim=-1)
+        out = model(input_ids=tokens[:, None], attention_mask=attention_mask, position_ids=positions,
+                    use_cache=True, **{cache_arg: cache})
+        logits = out.logits[:, -1].float()
+        positions = positions + 1
+    return steps
+
+
+def _assemble(steps, n_prompts: int, group_size: int, max_new_tokens: int, eos: list[int]) -> RolloutBatch:
+    rows = n_prompts * group_size
+    completion_ids: list[list[int]] = [[] for _ in range(rows)]
+    logprobs: list[list[float]] = [[] for _ in range(rows)]
+    for live, tokens, step_logprobs in steps:
+        for row, token, logprob in zip(live.tolist(), tokens.tolist(), step_logprobs.tolist()):
+            completion_ids[row].append(token)
+            logprobs[row].append(logprob)
+    eos_set = set(eos)
+    truncated = [len(c) == max_new_tokens and c[-1] not in eos_set for c in completion_ids]
+    return RolloutBatch(
+        completion_ids=completion_ids, logprobs=logprobs, truncated=truncated,
+        lengths=[len(c) for c in completion_ids],
+        prompt_index=[r // group_size for r in range(rows)], group_size=group_size,
+    )

@@ -1,0 +1,1 @@
+"""Training: supervised fine-tuning, group-relative RL, configs, presets and checkpoints."""

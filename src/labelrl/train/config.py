@@ -1,0 +1,118 @@
+"""Config models of the ``sft`` and ``rl`` commands.
+
+Each field's description is the single source for ``--help`` and docs/config.md.
+Cross-field checks live here, in one place, and name the value, the rule and the fix.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal, Optional
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class DataOptions(BaseModel):
+    """Which data, which columns, which labels, which split."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    data: str = Field(description="Built-in dataset name (sms-spam, vader-tweets, vader-movies) or a JSONL/CSV/Parquet file or a `datasets` directory.")
+    text_col: Optional[list[str]] = Field(None, description="Column(s) that fill the prompt (repeatable). Built-in datasets need none.")
+    label_col: Optional[str] = Field(None, description="Column holding the label. Built-in datasets need none.")
+    labels: Optional[str] = Field(None, description="Declared label set, comma-separated, in grade order for ordinal labels (e.g. 'ham,spam'). Inferred when omitted.")
+    kind: Optional[Literal["binary", "categorical", "ordinal"]] = Field(None, description="Label kind; inferred when omitted.")
+    on_bad_row: Literal["error", "skip"] = Field("error", description="What to do with a malformed row: stop with an error naming it, or skip it and save the list of skipped rows.")
+    limit: Optional[int] = Field(None, ge=1, description="Use only the first N training items (after splitting).")
+    split_seed: int = Field(0, description="Seed of the group-aware train/val/holdout split (shared by every run in a run directory).")
+    mode: Literal["direct", "reasoning"] = Field("direct", description="Answer mode: 'direct' answers <answer>LABEL</answer> at once; 'reasoning' thinks in <think>…</think> first.")
+    rubric: Optional[Path] = Field(None, description="Markdown file with the written labelling rules, included in the prompt.")
+
+    def label_list(self) -> list[str] | None:
+        return [x.strip() for x in self.labels.split(",")] if self.labels else None
+
+
+class ModelOptions(BaseModel):
+    """Which model and how to adapt it."""
+
+    model: str = Field("smollm2-135m-instruct", description="Model: a built-in name (smollm2-135m-instruct, tiny-random), a local Hugging Face directory, or an earlier run directory (its final model).")
+    lora: bool = Field(True, description="Train a LoRA adapter (PEFT) instead of all weights.")
+    lora_r: int = Field(16, ge=1, description="LoRA rank.")
+    lora_alpha: int = Field(32, ge=1, description="LoRA alpha (scale = alpha / r).")
+    trust_remote_code: bool = Field(False, description="Allow model code from the model directory to run. Off unless you trust the directory.")
+    learning_rate: float = Field(1e-4, gt=0, description="AdamW learning rate.")
+    weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay.")
+    max_grad_norm: float = Field(1.0, gt=0, description="Clip the global gradient norm to this value.")
+    seed: int = Field(0, description="Seed for initialisation, data order and sampling.")
+    out: Path = Field(description="Run directory: splits, checkpoints, metrics and logs go here.")
+    quiet: bool = Field(False, description="No progress bar; log lines only.")
+
+
+class SFTConfig(DataOptions, ModelOptions):
+    """``labelrl sft``: supervised fine-tuning on labels (direct) or on traces (reasoning)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    epochs: float = Field(1.0, gt=0, description="Passes over the training items (fractions allowed).")
+    batch_size: int = Field(8, ge=1, description="Training items per optimizer step.")
+    max_steps: Optional[int] = Field(None, ge=1, description="Stop after this many optimizer steps (overrides --epochs).")
+    max_length: int = Field(512, ge=16, description="Longest prompt+target in tokens; longer items are refused by the preflight check.")
+    eval_every: int = Field(50, ge=1, description="Evaluate on val every N steps (label-token accuracy and balanced accuracy).")
+    eval_limit: Optional[int] = Field(200, ge=1, description="Evaluate on at most N val items (all when empty).")
+    select_metric: Literal["balanced_accuracy", "accuracy"] = Field("balanced_accuracy", description="Metric that picks the best checkpoint on val.")
+    traces: Optional[Path] = Field(None, description="Reasoning mode: a traces file (from `labelrl distill`) whose kept traces are the targets.")
+    merge: bool = Field(False, description="Also save merged full weights (LoRA folded in) to RUN_DIR/merged.")
+    shuffle_labels: bool = Field(False, description="Control: train on labels shuffled across items (teaches the answer format, not the task).")
+
+    @model_validator(mode="after")
+    def _check(self) -> "SFTConfig":
+        if self.mode == "reasoning" and self.traces is None:
+            raise ValueError("mode='reasoning' trains on teacher traces; pass --traces TRACES (from `labelrl distill`)")
+        return self
+
+
+class RLConfig(DataOptions, ModelOptions):
+    """``labelrl rl``: group-relative RL with a verifiable label reward."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    preset: Literal["grpo", "dr_grpo", "dapo", "corpo", "rloo"] = Field("grpo", description="Named (estimator, surrogate, aggregation) tuple; see docs/algorithms.md.")
+    estimator: Optional[str] = Field(None, description="Override the preset's advantage estimator (grpo, dr_grpo, rloo, corpo).")
+    surrogate: Optional[str] = Field(None, description="Override the preset's surrogate (pg, clip).")
+    aggregation: Optional[str] = Field(None, description="Override the preset's aggregation (token_mean, seq_mean_token_mean, seq_mean_token_sum_norm).")
+    threshold: Optional[float] = Field(None, description="CoRPO correctness threshold τ in reward units (baseline = max(group mean, τ)). Required for corpo.")
+    group_size: int = Field(4, description="Completions sampled per prompt (G).")
+    prompts_per_step: int = Field(2, ge=1, description="Prompts per step (B); a step samples B×G completions.")
+    max_new_tokens: int = Field(32, ge=1, description="Token cap per completion.")
+    steps: int = Field(20, ge=1, description="Optimizer steps.")
+    temperature: float = Field(1.0, gt=0, description="Sampling temperature.")
+    top_p: float = Field(1.0, gt=0, le=1, description="Nucleus sampling mass.")
+    top_k: int = Field(0, ge=0, description="Sample from the k most likely tokens (0: no limit).")
+    ppo_epochs: int = Field(1, ge=1, description="Passes over each batch; more than 1 reuses it with ratio clipping.")
+    beta: float = Field(0.0, ge=0, description="k3 KL penalty coefficient against the starting model (0: off, no reference pass).")
+    correct_reward: float = Field(1.0, description="Reward of a correct answer (binary/categorical) or of an exact grade (ordinal).")
+    incorrect_reward: float = Field(0.0, description="Reward of a wrong answer (ordinal: the reward of the farthest grade).")
+    failure_reward: Optional[float] = Field(None, description="Reward of an unparseable completion (format gate); defaults to --incorrect-reward.")
+    truncation: Literal["zero", "mask", "soft_penalty"] = Field("zero", description="Completions that hit the cap: scored as failure, excluded from the loss, or DAPO's overlong penalty.")
+    overlong_cache: int = Field(8, ge=1, description="soft_penalty: the penalty ramps from 0 to −1 over the last N tokens before the cap.")
+    parse_mode: Literal["strict", "lenient"] = Field("strict", description="Answer parser; lenient exists only to show what it does to the reward.")
+    dynamic_sampling: bool = Field(False, description="Keep drawing prompts until B informative groups are found (DAPO), up to --max-sampling-rounds.")
+    max_sampling_rounds: int = Field(4, ge=1, description="Dynamic sampling: at most this many rounds of B prompts per step.")
+    random_reward: bool = Field(False, description="Control: rewards drawn independently of the answer (spurious-reward control).")
+    backend: Literal["labelrl", "hf"] = Field("labelrl", description="Rollout engine: labelrl's shared-prompt sampler or Hugging Face generate.")
+    checkpoint_every: int = Field(10, ge=1, description="Save a resumable checkpoint every N steps (and at the end).")
+    resume: bool = Field(False, description="Continue from the last checkpoint in --out.")
+    max_nonfinite: int = Field(3, ge=1, description="Stop after this many non-finite losses or gradients in a row.")
+
+    @model_validator(mode="after")
+    def _check(self) -> "RLConfig":
+        if self.group_size < 2:
+            raise ValueError(
+                f"group_size={self.group_size}: group-relative RL needs at least 2 completions per prompt; set --group-size 2 or more"
+            )
+        estimator = self.estimator or ("corpo" if self.preset == "corpo" else None)
+        if estimator == "corpo" and self.threshold is None:
+            raise ValueError("preset corpo needs its correctness threshold: pass --threshold τ in reward units (e.g. 0.75 for 5-grade partial credit)")
+        if self.ppo_epochs == 1 and self.surrogate == "clip":
+            pass  # allowed: with one on-policy pass the ratio is 1 and clipping is inactive
+        return self

@@ -1,0 +1,258 @@
+"""The named steps of the RL loop (labelrl.train.rl), each small and testable on its own."""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from labelrl import metrics_keys as K
+from labelrl.advantages import compute_advantages
+from labelrl.advantages.diagnostics import uniform_groups
+from labelrl.losses import policy_loss
+from labelrl.rewards.grade import RewardScale, success_threshold
+from labelrl.rewards.reward_fn import RewardConfig, score_completions
+from labelrl.rollout.logprobs import completion_logprobs_shared
+from labelrl.train.presets import resolve_preset
+from labelrl.train.setup import peak_memory_mb  # noqa: F401  (re-exported for the loop)
+from labelrl.types import LabelSpace
+
+
+@dataclass(frozen=True)
+class Algorithm:
+    """The three knobs (estimator, surrogate, aggregation) plus the reward definition."""
+
+    estimator: str
+    estimator_options: dict
+    surrogate: str
+    surrogate_options: dict
+    aggregation: str
+    reward: RewardConfig
+    success_threshold: float
+    corpo_threshold: float | None
+    label_names: tuple[str, ...]
+    data_label_share: dict
+    dynamic_sampling: bool
+
+    def diagnostic_options(self, batch: "StepBatch") -> dict:
+        return {
+            "success_threshold": self.success_threshold,
+            "labels": batch.group_labels,
+            "label_names": list(self.label_names),
+            "data_label_share": self.data_label_share,
+            "corpo_threshold": self.corpo_threshold,
+        }
+
+
+def resolve_algorithm(cfg, labels: LabelSpace, train_labels: list[str] | None = None) -> Algorithm:
+    """A preset with the user's overrides, and the reward config, validated together."""
+    preset = resolve_preset(cfg.preset, estimator=cfg.estimator, surrogate=cfg.surrogate, aggregation=cfg.aggregation)
+    estimator_options = dict(preset.estimator_options)
+    if preset.estimator == "corpo":
+        estimator_options["threshold"] = cfg.threshold
+    reward = RewardConfig(
+        reasoning=cfg.mode == "reasoning",
+        parse_mode=cfg.parse_mode,
+        labels=list(labels.labels),
+        kind=labels.kind,
+        correct=cfg.correct_reward,
+        incorrect=cfg.incorrect_reward,
+        failure=cfg.failure_reward,
+        truncation=cfg.truncation,
+        max_new_tokens=cfg.max_new_tokens,
+        cache_tokens=cfg.overlong_cache,
+    )
+    scale = reward.scale()
+    threshold = cfg.threshold if cfg.threshold is not None else success_threshold(scale)
+    return Algorithm(
+        estimator=preset.estimator, estimator_options=estimator_options,
+        surrogate=preset.surrogate, surrogate_options=dict(preset.surrogate_options),
+        aggregation=preset.aggregation, reward=reward, success_threshold=threshold,
+        corpo_threshold=cfg.threshold if preset.estimator == "corpo" else None,
+        label_names=labels.labels, data_label_share=_label_share(labels, train_labels or []),
+        dynamic_sampling=cfg.dynamic_sampling or preset.dynamic_sampling,
+    )
+
+
+def _label_share(labels: LabelSpace, train_labels: list[str]) -> dict[str, float]:
+    counts = Counter(train_labels)
+    total = max(1, len(train_labels))
+    return {name: counts.get(name, 0) / total for name in labels.labels}
+
+
+def sampling_options(cfg, tokenizer) -> dict:
+    eos = [tokenizer.eos_token_id]
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    return dict(group_size=cfg.group_size, max_new_tokens=cfg.max_new_tokens, eos_token_ids=eos,
+                pad_token_id=pad, temperature=cfg.temperature, top_p=cfg.top_p, top_k=cfg.top_k)
+
+
+def step_seed(seed: int, step: int, round_index: int) -> int:
+    """Sampling seed of (step, round): a pure function, so resumed runs sample the same."""
+    return (seed * 1_000_003 + step * 1_009 + round_index) % (2**31 - 1)
+
+
+@dataclass
+class StepBatch:
+    """One step's groups, contiguous by prompt: rows i*G … i*G+G−1 belong to prompt i."""
+
+    example_index: list[int]  # [B] index into the training items
+    group_labels: list[str]  # [B]
+    prompt_ids: list[list[int]]  # [B]
+    completion_ids: list[list[int]]  # [B*G]
+    texts: list[str]  # [B*G]
+    truncated: list[bool]  # [B*G]
+    graded: list  # [B*G] per-completion grading results
+    rewards: torch.Tensor  # [B*G]
+    loss_mask: torch.Tensor  # [B*G] bool: False for rollouts the truncation policy masks
+    advantages: torch.Tensor  # [B*G]
+    informative: torch.Tensor  # [B] bool: some advantage in the group is non-zero
+    uniform: torch.Tensor  # [B] bool: all rewards equal
+    new_tokens: int
+    sample_seconds: float
+
+
+def _random_rewards(run, n: int, round_index: int) -> list[float]:
+    """Control arm: rewards drawn independently of the answer, from the reward scale's values."""
+    scale = run.algo.reward.scale()
+    values = sorted({scale.correct, scale.incorrect})
+    rng = random.Random(step_seed(run.cfg.seed, run.step, round_index) + 7)
+    return [rng.choice(values) for _ in range(n)]
+
+
+def grade_and_advantage(run, idx: list[int], rollout, round_index: int) -> StepBatch:
+    """Decode, grade with the shared grader, and compute advantages for one round."""
+    G = run.cfg.group_size
+    examples = [run.data.train[i] for i in idx]
+    labels = [ex.label for ex in examples for _ in range(G)]
+    texts = run.tokenizer.batch_decode(rollout.completion_ids, skip_special_tokens=True)
+    graded = score_completions(texts, labels, truncated=rollout.truncated, lengths=rollout.lengths, config=run.algo.reward)
+    rewards = [g.reward for g in graded.items]
+    if run.cfg.random_reward:
+        rewards = _random_rewards(run, len(rewards), round_index)
+    reward_t = torch.tensor(rewards, dtype=torch.float64)
+    baseline_mask = torch.tensor([g.baseline_mask for g in graded.items])
+    advantages = compute_advantages(reward_t, G, run.algo.estimator, mask=baseline_mask, **run.algo.estimator_options)
+    loss_mask = torch.tensor([g.loss_mask for g in graded.items])
+    advantages = torch.where(loss_mask, advantages, torch.zeros_like(advantages))
+    informative = (advantages.view(-1, G) != 0).any(dim=1)
+    return StepBatch(
+        example_index=idx, group_labels=[ex.label for ex in examples],
+        prompt_ids=[run.train_prompts[i] for i in idx], completion_ids=rollout.completion_ids,
+        texts=texts, truncated=list(rollout.truncated), graded=list(graded.items), rewards=reward_t,
+        loss_mask=loss_mask, advantages=advantages, informative=informative,
+        uniform=uniform_groups(reward_t, G), new_tokens=int(sum(rollout.lengths)),
+        sample_seconds=float(rollout.timings.get("prefill_s", 0.0) + rollout.timings.get("decode_s", 0.0)),
+    )
+
+
+def concat_batches(batches: list[StepBatch], limit_informative: int | None) -> StepBatch:
+    """Join dynamic-sampling rounds; beyond ``limit_informative`` informative groups, later
+    ones are marked uninformative (sampled and logged, not trained on)."""
+    if len(batches) == 1 and limit_informative is None:
+        return batches[0]
+    cat = lambda name: [x for b in batches for x in getattr(b, name)]  # noqa: E731
+    informative = torch.cat([b.informative for b in batches])
+    if limit_informative is not None:
+        seen = informative.cumsum(0)
+        informative = informative & (seen <= limit_informative)
+    return StepBatch(
+        example_index=cat("example_index"), group_labels=cat("group_labels"), prompt_ids=cat("prompt_ids"),
+        completion_ids=cat("completion_ids"), texts=cat("texts"), truncated=cat("truncated"), graded=cat("graded"),
+        rewards=torch.cat([b.rewards for b in batches]), loss_mask=torch.cat([b.loss_mask for b in batches]),
+        advantages=torch.cat([b.advantages for b in batches]), informative=informative,
+        uniform=torch.cat([b.uniform for b in batches]), new_tokens=sum(b.new_tokens for b in batches),
+        sample_seconds=sum(b.sample_seconds for b in batches),
+    )
+
+
+def policy_loss_for_groups(run, batch: StepBatch, keep: list[int], old_logprobs):
+    """Per-token log-probs of the kept groups (each prompt computed once) and the loss."""
+    G = run.cfg.group_size
+    rows = [g * G + j for g in keep for j in range(G)]
+    logprobs, mask = completion_logprobs_shared(
+        run.model, [batch.prompt_ids[g] for g in keep], [batch.completion_ids[r] for r in rows], G,
+        pad_token_id=run.tokenizer.pad_token_id if run.tokenizer.pad_token_id is not None else run.tokenizer.eos_token_id,
+    )
+    mask = mask & batch.loss_mask[rows].unsqueeze(1)
+    ref = None
+    if run.cfg.beta > 0:
+        ref = reference_logprobs(run, batch, keep, rows)
+    old = logprobs.detach() if old_logprobs is None else old_logprobs
+    loss, stats = policy_loss(
+        logprobs, old, batch.advantages[rows].float(), mask, surrogate=run.algo.surrogate,
+        aggregation=run.algo.aggregation, ref_logprobs=ref, beta=run.cfg.beta,
+        max_len=run.cfg.max_new_tokens, **run.algo.surrogate_options,
+    )
+    return loss, logprobs, {K.KL: float(stats.get("kl", 0.0))}
+
+
+@torch.no_grad()
+def reference_logprobs(run, batch: StepBatch, keep: list[int], rows: list[int]) -> torch.Tensor:
+    """Log-probs under the starting model: the adapter switched off (LoRA only)."""
+    if not hasattr(run.model, "disable_adapter"):
+        raise ValueError("--beta > 0 needs a reference model; it is available with --lora (the adapter is switched off)")
+    with run.model.disable_adapter():
+        ref, _ = completion_logprobs_shared(
+            run.model, [batch.prompt_ids[g] for g in keep], [batch.completion_ids[r] for r in rows],
+            run.cfg.group_size, pad_token_id=run.tokenizer.pad_token_id or run.tokenizer.eos_token_id,
+        )
+    return ref
+
+
+def token_pass_counts(batch: StepBatch, keep: list[int], group_size: int) -> dict:
+    """Token positions forwarded and saved: a kept group costs its prompt once plus its
+    completions; a skipped group costs nothing (the plain pass would cost G×(prompt+completion))."""
+    def group_cost(g: int) -> int:
+        return len(batch.prompt_ids[g]) + sum(len(batch.completion_ids[g * group_size + j]) for j in range(group_size))
+
+    def plain_cost(g: int) -> int:
+        return sum(len(batch.prompt_ids[g]) + len(batch.completion_ids[g * group_size + j]) for j in range(group_size))
+
+    n_groups = len(batch.prompt_ids)
+    done = sum(group_cost(g) for g in keep)
+    plain = sum(plain_cost(g) for g in range(n_groups))
+    return {K.SKIPPED: n_groups - len(keep), "train/token_passes": done, K.TOKEN_PASSES_SAVED: plain - done}
+
+
+def rollout_rows(run, batch: StepBatch) -> dict[str, list]:
+    """Columns of the rollout log for this step (labelrl.rollout.log.ROLLOUT_SCHEMA)."""
+    G = run.cfg.group_size
+    n = len(batch.texts)
+    group = [i // G for i in range(n)]
+    return {
+        "step": [run.step] * n,
+        "prompt_id": [run.data.train[batch.example_index[g]].id for g in group],
+        "sample_index": [i % G for i in range(n)],
+        "label": [batch.group_labels[g] for g in group],
+        "completion": batch.texts,
+        "completion_tokens": [len(c) for c in batch.completion_ids],
+        "truncated": batch.truncated,
+        "think_closed": [g.parse.think_closed for g in batch.graded],
+        "parse_status": [str(g.parse.status.value) for g in batch.graded],
+        "answer": [g.parse.answer for g in batch.graded],
+        "reward": batch.rewards.tolist(),
+        "advantage": batch.advantages.tolist(),
+        "group_uniform": [bool(batch.uniform[g]) for g in group],
+        "skipped": [not bool(batch.informative[g]) for g in group],
+    }
+
+
+def rollout_metrics(batch: StepBatch) -> dict[str, float]:
+    lengths = np.array([len(c) for c in batch.completion_ids], dtype=float)
+    parsed_ok = [g.parse.status.value == "ok" for g in batch.graded]
+    return {
+        K.REWARD_MEAN: float(batch.rewards.mean()),
+        K.REWARD_STD: float(batch.rewards.std(unbiased=False)),
+        K.ACCURACY: float(np.mean([g.correct for g in batch.graded])),
+        K.LENGTH_MEAN: float(lengths.mean()),
+        K.LENGTH_P50: float(np.percentile(lengths, 50)),
+        K.LENGTH_P90: float(np.percentile(lengths, 90)),
+        K.LENGTH_MAX: float(lengths.max()),
+        K.TRUNCATED_FRAC: float(np.mean(batch.truncated)),
+        K.THINK_CLOSED_FRAC: float(np.mean([g.parse.think_closed for g in batch.graded])),
+        K.PARSE_FAIL_FRAC: 1.0 - float(np.mean(parsed_ok)),
+    }

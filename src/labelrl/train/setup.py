@@ -1,0 +1,153 @@
+"""What every trainer does before its loop: the run directory, data and splits, model and optimizer."""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import yaml
+
+from labelrl.data import load_dataset
+from labelrl.data.prompts import render_messages, render_prompt
+from labelrl.data.split import load_or_make_splits, select
+from labelrl.fileio import atomic_write_text
+from labelrl.models import BUILTIN_MODELS, load_model
+from labelrl.train.config import DataOptions, ModelOptions
+from labelrl.types import Dataset, Example
+
+RUN_MODEL_DIR = "model"
+
+
+@dataclass
+class RunData:
+    dataset: Dataset
+    train: list[Example]
+    val: list[Example]
+    rubric: str | None
+
+
+def init_run_dir(cfg, command: str) -> Path:
+    """Create the run directory and save the resolved config (``<command>_config.yaml``)."""
+    run_dir = Path(cfg.out)
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        probe = run_dir / ".write_probe"
+        probe.write_text("ok")
+        probe.unlink()
+    except OSError as exc:
+        raise ValueError(f"--out {run_dir}: cannot write there ({exc.strerror}); choose a writable directory") from None
+    atomic_write_text(run_dir / f"{command}_config.yaml", yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False))
+    return run_dir
+
+
+def prepare_data(cfg: DataOptions, run_dir: Path) -> RunData:
+    """Load and validate the data, and reuse (or make) the run directory's shared splits."""
+    dataset = load_dataset(
+        cfg.data,
+        text_cols=cfg.text_col,
+        label_col=cfg.label_col,
+        labels=cfg.label_list(),
+        kind=cfg.kind,
+        on_bad_row=cfg.on_bad_row,
+    )
+    splits = load_or_make_splits(dataset, run_dir, seed=cfg.split_seed)
+    train = select(dataset, splits, "train")
+    if cfg.limit is not None:
+        train = train[: cfg.limit]
+    val = select(dataset, splits, "val")
+    rubric = None
+    if cfg.rubric is not None:
+        if not Path(cfg.rubric).is_file():
+            raise ValueError(f"--rubric {cfg.rubric}: no such file; give the path of the rubric markdown")
+        rubric = Path(cfg.rubric).read_text(encoding="utf-8")
+    if not train:
+        raise ValueError(f"--data {cfg.data}: the train split is empty; use more data or other split ratios")
+    return RunData(dataset=dataset, train=train, val=val, rubric=rubric)
+
+
+def prompt_ids(tokenizer, examples: list[Example], data: RunData, mode: str) -> list[list[int]]:
+    """Token ids of each example's chat prompt (generation prompt included, no answer)."""
+    out = []
+    for ex in examples:
+        messages = render_messages(ex, labels=data.dataset.labels, mode=mode, rubric=data.rubric)
+        text = render_prompt(tokenizer, messages)
+        out.append(tokenizer(text, add_special_tokens=False)["input_ids"])
+    return out
+
+
+def resolve_model_spec(spec: str) -> str:
+    """A run directory stands for the model it saved (``RUN_DIR/model``)."""
+    saved = Path(spec) / RUN_MODEL_DIR
+    return str(saved) if saved.is_dir() else spec
+
+
+def prepare_model(cfg: ModelOptions):
+    """Load the model and make the right parameters trainable.
+
+    LoRA on a plain model adds a fresh adapter on every linear layer; LoRA on a saved
+    adapter (an SFT run) keeps training that adapter, so the result stays one adapter on
+    the original base; full fine-tuning folds any adapter in first.
+    """
+    from peft import LoraConfig, PeftModel, get_peft_model
+
+    spec = resolve_model_spec(cfg.model)
+    torch.manual_seed(cfg.seed)
+    model, tokenizer = load_model(spec, trust_remote_code=cfg.trust_remote_code)
+    if isinstance(model, PeftModel):
+        if cfg.lora:
+            for name, param in model.named_parameters():
+                param.requires_grad = "lora_" in name
+        else:
+            model = model.merge_and_unload()
+    elif cfg.lora:
+        # Recorded in adapter_config.json so load_model(adapter_dir) finds the same base.
+        base_name = spec if spec in BUILTIN_MODELS else str(Path(spec).resolve())
+        lora = LoraConfig(
+            r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=0.0,
+            target_modules="all-linear", task_type="CAUSAL_LM",
+        )
+        model = get_peft_model(model, lora)
+        model.peft_config["default"].base_model_name_or_path = base_name
+    if not cfg.lora:
+        for param in model.parameters():
+            param.requires_grad = True
+    model.train()
+    return model, tokenizer
+
+
+def make_optimizer(model, cfg: ModelOptions, total_steps: int):
+    """AdamW on the trainable parameters with a constant learning rate after a short warm-up."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(params, lr=cfg.learning_rate, weight_decay=cfg.weight_decay)
+    warmup = max(1, min(10, math.ceil(0.05 * total_steps)))
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / warmup))
+    return optimizer, scheduler
+
+
+def peak_memory_mb() -> float:
+    """Peak resident memory of this process (CUDA peak allocation when on GPU)."""
+    if torch.cuda.is_available():
+        return torch.cuda.max_memory_allocated() / 2**20
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def ordered_indices(n: int, start: int, count: int, seed: int) -> list[int]:
+    """Positions ``start … start+count−1`` of an endless stream of seeded per-epoch permutations.
+
+    Data order is a pure function of (seed, position), so a resumed run needs only its
+    position to draw the same items an uninterrupted run would.
+    """
+    out, cached_epoch, order = [], None, []
+    for pos in range(start, start + count):
+        epoch, offset = divmod(pos, n)
+        if epoch != cached_epoch:
+            order = list(range(n))
+            random.Random(seed * 1_000_003 + epoch).shuffle(order)
+            cached_epoch = epoch
+        out.append(order[offset])
+    return out

@@ -1,0 +1,141 @@
+"""``labelrl sft``: supervised fine-tuning, the baseline every RL run must beat.
+
+Direct mode trains on ``<answer>LABEL</answer>``; reasoning mode trains on kept teacher
+traces. The loss covers the assistant's tokens only (its answer and the end-of-turn
+token). Every ``eval_every`` steps the model is scored on val by label-token probabilities
+and the best model by ``select_metric`` is kept in ``RUN_DIR/model``.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from dataclasses import dataclass
+
+import torch
+
+from labelrl import metrics_keys as K
+from labelrl.data.prompts import answer_target
+from labelrl.evaluate.metrics import basic_metrics
+from labelrl.evaluate.score import score_labels
+from labelrl.fileio import append_jsonl, atomic_write_json
+from labelrl.train.checkpoint import save_merged, save_model
+from labelrl.train.config import SFTConfig
+from labelrl.train.progress import StepProgress
+from labelrl.train.setup import (
+    RunData, init_run_dir, make_optimizer, ordered_indices, peak_memory_mb, prepare_data, prepare_model, prompt_ids,
+)
+
+
+@dataclass
+class SFTItem:
+    input_ids: list[int]  # prompt then target
+    n_prompt: int  # loss starts after these
+
+
+def build_items(tokenizer, data: RunData, cfg: SFTConfig, traces: dict[str, str] | None) -> list[SFTItem]:
+    """Prompt ids + assistant target ids (+ end of turn) for every training example."""
+    examples = data.train
+    if traces is not None:
+        examples = [ex for ex in examples if ex.id in traces]
+        if not examples:
+            raise ValueError(f"--traces {cfg.traces}: no kept trace matches a training item id")
+    labels = [ex.label for ex in examples]
+    if cfg.shuffle_labels:
+        random.Random(cfg.seed).shuffle(labels)
+    prompts = prompt_ids(tokenizer, examples, data, cfg.mode)
+    items, too_long = [], []
+    for ex, label, p_ids in zip(examples, labels, prompts):
+        target = answer_target(label, cfg.mode, trace=traces.get(ex.id) if traces else None)
+        t_ids = tokenizer(target, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+        if len(p_ids) + len(t_ids) > cfg.max_length:
+            too_long.append(ex.id)
+        items.append(SFTItem(p_ids + t_ids, len(p_ids)))
+    if too_long:
+        raise ValueError(
+            f"{len(too_long)} training items exceed --max-length {cfg.max_length} tokens "
+            f"(first: id {too_long[0]}); raise --max-length or shorten the texts"
+        )
+    return items
+
+
+def sft_loss(model, batch: list[SFTItem], pad_id: int) -> torch.Tensor:
+    """Mean cross-entropy over assistant tokens of a right-padded batch."""
+    width = max(len(it.input_ids) for it in batch)
+    ids = torch.full((len(batch), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(batch), width), dtype=torch.long)
+    target = torch.full((len(batch), width), -100, dtype=torch.long)
+    for i, it in enumerate(batch):
+        n = len(it.input_ids)
+        ids[i, :n] = torch.tensor(it.input_ids)
+        mask[i, :n] = 1
+        target[i, it.n_prompt : n] = ids[i, it.n_prompt : n]
+    logits = model(input_ids=ids, attention_mask=mask).logits[:, :-1, :].float()
+    return torch.nn.functional.cross_entropy(
+        logits.reshape(-1, logits.size(-1)), target[:, 1:].reshape(-1), ignore_index=-100
+    )
+
+
+def evaluate_val(model, tokenizer, data: RunData, cfg: SFTConfig) -> dict[str, float]:
+    """Label-token accuracy and balanced accuracy on (at most ``eval_limit``) val items."""
+    val = data.val[: cfg.eval_limit] if cfg.eval_limit else data.val
+    if not val:
+        return {}
+    probs = score_labels(model, tokenizer, prompt_ids(tokenizer, val, data, "direct"), data.dataset.labels)
+    names = data.dataset.labels.labels
+    pred = [names[i] for i in probs.argmax(-1).tolist()]
+    m = basic_metrics([ex.label for ex in val], pred)
+    return {K.EVAL_ACCURACY: m["accuracy"], K.EVAL_BALANCED_ACCURACY: m["balanced_accuracy"]}
+
+
+def run_sft(cfg: SFTConfig) -> dict:
+    """Train, evaluate, keep the best model; returns the summary also saved as ``sft_summary.json``."""
+    run_dir = init_run_dir(cfg, "sft")
+    data = prepare_data(cfg, run_dir)
+    model, tokenizer = prepare_model(cfg)
+    traces = load_kept_traces(cfg.traces) if cfg.mode == "reasoning" else None
+    items = build_items(tokenizer, data, cfg, traces)
+    total = cfg.max_steps or max(1, round(cfg.epochs * len(items) / cfg.batch_size))
+    optimizer, scheduler = make_optimizer(model, cfg, total)
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    select_key = K.EVAL_BALANCED_ACCURACY if cfg.select_metric == "balanced_accuracy" else K.EVAL_ACCURACY
+    best: dict = {"step": None, select_key: float("-inf")}
+    metrics_path = run_dir / "sft_metrics.jsonl"
+    metrics_path.unlink(missing_ok=True)
+    with StepProgress(total, "sft", quiet=cfg.quiet) as progress:
+        for step in range(total):
+            started = time.perf_counter()
+            loss = sft_loss(model, [items[i] for i in ordered_indices(len(items), step * cfg.batch_size, cfg.batch_size, cfg.seed)], pad_id)
+            loss.backward()
+            grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
+            optimizer.step()
+            scheduler.step()
+            optimizer.zero_grad(set_to_none=True)
+            record = {K.STEP: step + 1, K.LOSS: loss.item(), K.GRAD_NORM: float(grad_norm),
+                      K.LEARNING_RATE: scheduler.get_last_lr()[0], K.STEP_SECONDS: time.perf_counter() - started}
+            if (step + 1) % cfg.eval_every == 0 or step + 1 == total:
+                record.update(evaluate_val(model, tokenizer, data, cfg))
+                if record.get(select_key, float("-inf")) > best[select_key] or best["step"] is None:
+                    best = {"step": step + 1, **{k: record[k] for k in record if k.startswith("eval/")}}
+                    save_model(run_dir, model, tokenizer)
+            record[K.PEAK_MEMORY_MB] = peak_memory_mb()
+            append_jsonl(metrics_path, record)
+            progress.update(step + 1, {"loss": record[K.LOSS], "val_ba": record.get(K.EVAL_BALANCED_ACCURACY)})
+    summary = {"steps": total, "train_items": len(items), "best": best, "model_dir": str(run_dir / "model")}
+    if cfg.merge:
+        from labelrl.models import load_model
+
+        best_model, best_tok = load_model(str(run_dir / "model"))
+        summary["merged_dir"] = str(save_merged(run_dir, best_model, best_tok))
+    atomic_write_json(run_dir / "sft_summary.json", summary)
+    return summary
+
+
+def load_kept_traces(path) -> dict[str, str]:
+    """Item id → trace text for the kept traces of a ``labelrl distill`` traces file (JSONL)."""
+    from labelrl.fileio import read_jsonl
+
+    records = read_jsonl(path)
+    if not records:
+        raise ValueError(f"--traces {path}: no traces found; run `labelrl distill` first")
+    return {str(r["id"]): r["trace"] for r in records if r.get("kept")}

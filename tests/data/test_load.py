@@ -1,0 +1,169 @@
+"""Readers (JSONL, CSV, Parquet, save_to_disk), column mapping, label sets, ids, skipped rows."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+
+from labelrl.data import load_dataset, write_skipped_rows
+
+ROWS = [
+    {"id": "a", "title": "Win cash", "body": "Reply now to claim", "label": "spam"},
+    {"id": "b", "title": "Lunch?", "body": "See you at noon", "label": "ham"},
+    {"id": "c", "title": "Prize", "body": "You have won", "label": "spam"},
+]
+
+
+def write_jsonl(path: Path, rows: list) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return path
+
+
+def write_csv(path: Path, rows: list[dict]) -> Path:
+    with open(path, "w", newline="", encoding="utf-8") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    return path
+
+
+def write_parquet(path: Path, rows: list[dict]) -> Path:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.Table.from_pylist(rows), path)
+    return path
+
+
+def write_saved(path: Path, rows: list[dict]) -> Path:
+    import datasets
+
+    datasets.Dataset.from_list(rows).save_to_disk(str(path))
+    return path
+
+
+WRITERS = {
+    "data.jsonl": write_jsonl,
+    "data.csv": write_csv,
+    "data.parquet": write_parquet,
+    "saved_dir": write_saved,
+}
+
+
+@pytest.mark.parametrize("name", list(WRITERS))
+def test_every_reader_gives_the_same_dataset(tmp_path, name):
+    path = WRITERS[name](tmp_path / name, ROWS)
+    ds = load_dataset(path, text_cols=["title", "body"], id_col="id")
+    assert [ex.id for ex in ds.examples] == ["a", "b", "c"]
+    assert [ex.label for ex in ds.examples] == ["spam", "ham", "spam"]
+    # Two text columns are joined as "col: value" lines and kept separately in fields.
+    assert ds.examples[0].text == "title: Win cash\nbody: Reply now to claim"
+    assert dict(ds.examples[0].fields) == {"title": "Win cash", "body": "Reply now to claim"}
+    assert ds.labels.labels == ("ham", "spam") and ds.labels.kind == "binary"
+    assert ds.source == str(path) and ds.skipped_rows == ()
+
+
+def test_defaults_text_and_label_columns_and_row_number_ids(tmp_path):
+    path = write_jsonl(tmp_path / "d.jsonl", [{"text": "x", "label": "no", "score": 3}, {"text": "y", "label": "yes"}])
+    ds = load_dataset(path)
+    assert [ex.id for ex in ds.examples] == ["1", "2"]  # 1-based data row numbers
+    assert ds.examples[0].text == "x" and dict(ds.examples[0].fields) == {"text": "x"}
+    # Columns that are not text, label or id travel in meta.
+    assert dict(ds.examples[0].meta) == {"score": 3}
+    assert ds.name == "d"
+
+
+def test_unknown_column_lists_available_columns(tmp_path):
+    path = write_jsonl(tmp_path / "d.jsonl", ROWS)
+    with pytest.raises(ValueError, match=r"--text-col 'texte'.*no such column.*id, title, body, label"):
+        load_dataset(path, text_cols=["texte"])
+    with pytest.raises(ValueError, match=r"--label-col 'lab'.*id, title, body, label"):
+        load_dataset(path, text_cols=["body"], label_col="lab")
+    with pytest.raises(ValueError, match=r"no 'text' column; name the text column\(s\) with --text-col"):
+        load_dataset(path)
+
+
+def test_missing_file_and_unknown_extension_name_the_accepted_forms(tmp_path):
+    with pytest.raises(ValueError, match=r"nothere\.jsonl: no such file or built-in dataset.*sms-spam.*\.parquet"):
+        load_dataset(tmp_path / "nothere.jsonl")
+    with pytest.raises(ValueError, match=r"sms: no such built-in dataset or file; built-ins are sms-spam: SMS Spam"):
+        load_dataset("sms")
+    odd = tmp_path / "data.xlsx"
+    odd.write_text("x")
+    with pytest.raises(ValueError, match=r"data\.xlsx: unknown file type '\.xlsx'.*\.jsonl, \.csv or \.parquet"):
+        load_dataset(odd)
+    plain_dir = tmp_path / "not_a_dataset"
+    plain_dir.mkdir()
+    with pytest.raises(ValueError, match="not one written by datasets.Dataset.save_to_disk"):
+        load_dataset(plain_dir)
+
+
+def test_dataset_dict_directory_asks_for_one_split(tmp_path):
+    import datasets
+
+    dd = datasets.DatasetDict({"train": datasets.Dataset.from_list(ROWS)})
+    dd.save_to_disk(str(tmp_path / "dd"))
+    with pytest.raises(ValueError, match=r"several splits \(train\); give one split's folder"):
+        load_dataset(tmp_path / "dd", text_cols=["body"])
+
+
+def test_empty_files_are_clear_errors(tmp_path):
+    for name in ("e.jsonl", "e.csv"):
+        (tmp_path / name).write_text("")
+        with pytest.raises(ValueError, match="no data rows"):
+            load_dataset(tmp_path / name)
+    (tmp_path / "h.csv").write_text("text,label\n")
+    with pytest.raises(ValueError, match=r"h\.csv: the file has no data rows"):
+        load_dataset(tmp_path / "h.csv")
+
+
+@pytest.mark.parametrize(
+    ("values", "labels", "kind"),
+    [
+        (["b", "a", "b"], ("a", "b"), "binary"),
+        (["cat", "dog", "bird"], ("bird", "cat", "dog"), "categorical"),
+        # integer-looking values sort numerically (10 after 9), so they are ordinal
+        ([9, 10, 2, 9], ("2", "9", "10"), "ordinal"),
+        # ints, floats with integral values and numeric strings all become "1"-style strings
+        ([1.0, 0, "1"], ("0", "1"), "binary"),
+        ([True, False], ("False", "True"), "binary"),
+    ],
+)
+def test_label_inference(tmp_path, values, labels, kind):
+    path = write_jsonl(tmp_path / "d.jsonl", [{"text": f"t{i}", "label": v} for i, v in enumerate(values)])
+    ds = load_dataset(path)
+    assert ds.labels.labels == labels
+    assert ds.labels.kind == kind
+
+
+def test_declared_labels_kind_and_positive(tmp_path):
+    path = write_jsonl(tmp_path / "d.jsonl", [{"text": "a", "label": "Low"}, {"text": "b", "label": "high"}])
+    ds = load_dataset(path, labels="low,mid,high", kind="ordinal")
+    assert ds.labels.labels == ("low", "mid", "high") and ds.labels.kind == "ordinal"
+    # Labels match after trimming and case-folding and take the declared spelling.
+    assert [ex.label for ex in ds.examples] == ["low", "high"]
+    assert ds.label_counts() == {"low": 1, "mid": 0, "high": 1}
+    ds = load_dataset(path, positive="LOW")
+    assert ds.labels.kind == "binary" and ds.labels.positive_label == "Low"
+    with pytest.raises(ValueError, match="only binary tasks have a positive label"):
+        load_dataset(path, labels=["low", "mid", "high"], positive="low")
+    with pytest.raises(ValueError, match="kind='nominal': not a label kind"):
+        load_dataset(path, kind="nominal")
+
+
+def test_write_skipped_rows_jsonl(tmp_path):
+    path = write_jsonl(tmp_path / "d.jsonl", [
+        {"text": "ok", "label": "a"}, {"text": "  ", "label": "b"}, {"text": "fine", "label": "b"},
+        {"text": {"nested": 1}, "label": "a"},
+    ])
+    ds = load_dataset(path, on_bad_row="skip")
+    out = write_skipped_rows(ds, tmp_path / "run" / "skipped_rows.jsonl")
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    assert records == [
+        {"row": 2, "column": "text", "value": "  ", "reason": "empty text"},
+        {"row": 4, "column": "text", "value": {"nested": 1}, "reason": "text must be a string, got dict"},
+    ]
+    assert [ex.id for ex in ds.examples] == ["1", "3"]

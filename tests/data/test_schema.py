@@ -1,0 +1,171 @@
+"""Bad rows: each case names file, row, column, value and the fix; skip mode records them."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from labelrl.data import load_dataset
+from labelrl.data.schema import infer_kind, infer_labels, scalar_to_str
+
+
+def jsonl(tmp_path: Path, rows: list, name: str = "items.jsonl") -> Path:
+    path = tmp_path / name
+    path.write_text("".join((r if isinstance(r, str) else json.dumps(r)) + "\n" for r in rows), encoding="utf-8")
+    return path
+
+
+GOOD = [{"text": "fine", "label": "a"}, {"text": "also fine", "label": "b"}]
+
+
+@pytest.mark.parametrize(
+    ("bad", "column", "value", "reason"),
+    [
+        ({"text": "x"}, "label", "None", "missing label"),
+        ({"text": "x", "label": None}, "label", "None", "missing label"),
+        ({"text": "x", "label": "  "}, "label", "'  '", "missing label"),
+        ({"text": "x", "label": ["a"]}, "label", "['a']", "label must be a string or number, got list"),
+        ({"text": "   ", "label": "a"}, "text", "'   '", "empty text"),
+        ({"label": "a"}, "text", "None", "missing text"),
+        ({"text": {"k": "v"}, "label": "a"}, "text", "{'k': 'v'}", "text must be a string, got dict"),
+        ({"text": ["x", "y"], "label": "a"}, "text", "['x', 'y']", "text must be a string, got list"),
+    ],
+)
+def test_bad_row_error_names_file_row_column_value(tmp_path, bad, column, value, reason):
+    path = jsonl(tmp_path, [*GOOD, bad])
+    with pytest.raises(ValueError) as info:
+        load_dataset(path)
+    message = str(info.value)
+    assert message.startswith(f"{path}: row 3, column '{column}': {reason} (value {value})")
+    assert "pass --on-bad-row skip to skip such rows" in message
+
+
+def test_label_outside_declared_set_suggests_labels(tmp_path):
+    path = jsonl(tmp_path, [*GOOD, {"text": "x", "label": "c"}])
+    with pytest.raises(ValueError) as info:
+        load_dataset(path, labels=["a", "b"])
+    assert str(info.value) == (
+        f"{path}: row 3, column 'label': label is not one of ['a', 'b'] (value 'c'); "
+        "declare the full label set with --labels a,b,c, or pass --on-bad-row skip to skip such rows"
+    )
+
+
+def test_duplicate_id_is_a_bad_row(tmp_path):
+    rows = [{"id": 7, "text": "x", "label": "a"}, {"id": 8, "text": "y", "label": "b"}, {"id": 7.0, "text": "z", "label": "a"}]
+    path = jsonl(tmp_path, rows)
+    with pytest.raises(ValueError, match=r"row 3, column 'id': duplicate id \(value '7'\)"):
+        load_dataset(path, id_col="id")
+    ds = load_dataset(path, id_col="id", on_bad_row="skip")
+    assert [ex.id for ex in ds.examples] == ["7", "8"]
+    assert ds.skipped_rows == ({"row": 3, "column": "id", "value": "7", "reason": "duplicate id"},)
+
+
+def test_missing_id_is_a_bad_row(tmp_path):
+    path = jsonl(tmp_path, [{"id": "", "text": "x", "label": "a"}, {"id": "k", **GOOD[0]}, {"id": 3, **GOOD[1]}])
+    with pytest.raises(ValueError, match=r"row 1, column 'id': missing id \(value ''\); give every row an id"):
+        load_dataset(path, id_col="id")
+
+
+def test_broken_json_line_is_a_bad_row(tmp_path):
+    path = jsonl(tmp_path, [GOOD[0], '{"text": "x", "label":', "[1, 2]", GOOD[1]])
+    with pytest.raises(ValueError, match=r"items\.jsonl: row 2: not valid JSON \(Expecting value at char 22\)"):
+        load_dataset(path)
+    ds = load_dataset(path, on_bad_row="skip")
+    assert len(ds) == 2
+    assert [(r["row"], r["column"], r["reason"]) for r in ds.skipped_rows] == [
+        (2, None, "not valid JSON (Expecting value at char 22)"),
+        (3, None, "a JSONL row must be a JSON object, got list"),
+    ]
+
+
+def test_csv_bad_rows(tmp_path):
+    path = tmp_path / "items.csv"
+    path.write_text('text,label\nfine,a\n"too, many",b,extra\n,a\nok,\nlast,b\n', encoding="utf-8")
+    with pytest.raises(ValueError, match=r"items\.csv: row 2: row has 3 fields but the header has 2 \(value \['extra'\]\)"):
+        load_dataset(path)
+    ds = load_dataset(path, on_bad_row="skip")
+    assert [ex.text for ex in ds.examples] == ["fine", "last"]
+    assert [(r["row"], r["column"], r["reason"]) for r in ds.skipped_rows] == [
+        (2, None, "row has 3 fields but the header has 2"),
+        (3, "text", "missing text"),  # an empty CSV field is a missing value
+        (4, "label", "missing label"),
+    ]
+
+
+def test_error_counts_the_other_bad_rows(tmp_path):
+    path = jsonl(tmp_path, [{"text": "", "label": "a"}, *GOOD, {"text": "x"}, {"text": "y", "label": None}])
+    with pytest.raises(ValueError, match=r"row 1, column 'text': empty text .*\(2 more bad rows\)$"):
+        load_dataset(path)
+
+
+@pytest.mark.parametrize("suffix", ["jsonl", "csv"])
+def test_non_utf8_user_file_names_byte_offset_and_line(tmp_path, suffix):
+    path = tmp_path / f"latin.{suffix}"
+    good = b'{"text": "ok", "label": "a"}\n' if suffix == "jsonl" else b"text,label\nok,a\n"
+    bad = b'{"text": "caf\xe9", "label": "b"}\n' if suffix == "jsonl" else b"caf\xe9,b\n"
+    path.write_bytes(good + bad)
+    offset = len(good) + bad.index(b"\xe9")
+    line = 2 if suffix == "jsonl" else 3
+    with pytest.raises(ValueError, match=re.escape(f"byte offset {offset} (line {line}) is not valid UTF-8 (b'\\xe9')")):
+        load_dataset(path)
+
+
+def test_utf8_bom_is_accepted(tmp_path):
+    path = tmp_path / "bom.csv"
+    path.write_bytes("\ufefftext,label\nx,a\ny,b\n".encode("utf-8"))
+    assert [ex.label for ex in load_dataset(path).examples] == ["a", "b"]
+
+
+def test_every_row_skipped_is_an_error(tmp_path):
+    path = jsonl(tmp_path, [{"text": "", "label": "a"}, {"text": "x"}])
+    with pytest.raises(ValueError, match=r"every one of the 2 rows was skipped \(first: row 1: empty text\)"):
+        load_dataset(path, on_bad_row="skip")
+
+
+def test_skip_mode_records_every_bad_row_and_keeps_the_rest(tmp_path):
+    path = jsonl(tmp_path, [GOOD[0], {"text": "x", "label": "zzz"}, {"text": None, "label": "a"}, GOOD[1]])
+    ds = load_dataset(path, labels=["a", "b"], on_bad_row="skip")
+    assert [ex.text for ex in ds.examples] == ["fine", "also fine"]
+    assert [ex.id for ex in ds.examples] == ["1", "4"]  # ids stay the source row numbers
+    assert ds.skipped_rows == (
+        {"row": 2, "column": "label", "value": "zzz", "reason": "label is not one of ['a', 'b']"},
+        {"row": 3, "column": "text", "value": None, "reason": "missing text"},
+    )
+
+
+def test_bad_on_bad_row_value(tmp_path):
+    with pytest.raises(ValueError, match="on_bad_row='drop': choose 'error'"):
+        load_dataset(jsonl(tmp_path, GOOD), on_bad_row="drop")
+
+
+def test_single_inferred_label_and_unordered_ordinal_are_errors(tmp_path):
+    path = jsonl(tmp_path, [{"text": "x", "label": "a"}, {"text": "y", "label": "a"}])
+    with pytest.raises(ValueError, match=r"found only the label\(s\) \['a'\]; a task needs at least 2 labels"):
+        load_dataset(path)
+    path = jsonl(tmp_path, [*GOOD, {"text": "z", "label": "c"}], name="three.jsonl")
+    with pytest.raises(ValueError, match="kind=ordinal but the labels .* are not integers"):
+        load_dataset(path, kind="ordinal")
+
+
+def test_scalar_to_str_rules():
+    assert scalar_to_str(1.0) == "1"
+    assert scalar_to_str(2.5) == "2.5"
+    assert scalar_to_str(3) == "3"
+    assert scalar_to_str(True) == "True"
+    assert scalar_to_str("  spam ") == "spam"
+    assert scalar_to_str(float("nan")) is None
+    assert scalar_to_str("") is None
+    with pytest.raises(TypeError):
+        scalar_to_str({"a": 1})
+
+
+def test_infer_labels_and_kind():
+    # first spelling wins among case variants; integers sort numerically
+    assert infer_labels(["Spam", "ham", "spam"]) == ("ham", "Spam")
+    assert infer_labels(["10", "-1", "2"]) == ("-1", "2", "10")
+    assert infer_kind(["0", "1"]) == "binary"
+    assert infer_kind(["1", "2", "3"]) == "ordinal"
+    assert infer_kind(["1", "2", "x"]) == "categorical"
