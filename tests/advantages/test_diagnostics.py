@@ -8,7 +8,6 @@ import torch
 from labelrl import metrics_keys as K
 from labelrl.advantages import compute_advantages
 from labelrl.advantages.diagnostics import (
-    FAILED_POSITIVE_COUNT,
     advantage_diagnostics,
     is_informative,
     uniform_groups,
@@ -33,7 +32,7 @@ def test_dr_grpo_diagnostics_reference():
     # failed (< 0.5): the 4 of group 0 and the 4 of group 2 = 8; positive among them:
     # 0.4 − 0.225 = +0.175 only → 1 / 8
     assert out[K.FAILED_POSITIVE_FRAC] == pytest.approx(1 / 8)
-    assert out[FAILED_POSITIVE_COUNT] == 1.0
+    assert out[K.FAILED_POSITIVE_COUNT] == 1.0
     # Dr. GRPO advantages sum to 0 per group → mean 0; |A| = 0.125 + 0.025·2 + 0.175 = 0.35 over 12
     assert out[K.ADV_MEAN] == pytest.approx(0.0, abs=1e-12)
     assert out[K.ADV_ABS_MEAN] == pytest.approx(0.35 / 12)
@@ -43,7 +42,7 @@ def test_dr_grpo_diagnostics_reference():
 def test_corpo_diagnostics_reference():
     adv = compute_advantages(REWARDS, 4, "corpo", threshold=0.5)
     out = advantage_diagnostics(REWARDS, adv, 4, success_threshold=0.5, corpo_threshold=0.5)
-    assert out[K.FAILED_POSITIVE_FRAC] == 0.0 and out[FAILED_POSITIVE_COUNT] == 0.0
+    assert out[K.FAILED_POSITIVE_FRAC] == 0.0 and out[K.FAILED_POSITIVE_COUNT] == 0.0
     # group means 0.225 (< τ), 1.0 (≥ τ), 0.0 (< τ) → correctness 2/3, preference 1/3
     assert out[K.CORPO_CORRECTNESS_REGIME] == pytest.approx(2 / 3)
     assert out[K.CORPO_PREFERENCE_REGIME] == pytest.approx(1 / 3)
@@ -53,7 +52,7 @@ def test_no_failed_rollouts_gives_zero_fraction_and_count():
     rewards = torch.tensor([1.0, 0.8, 0.9, 1.0])
     adv = compute_advantages(rewards, 2, "grpo")
     out = advantage_diagnostics(rewards, adv, 2, success_threshold=0.5)
-    assert out[K.FAILED_POSITIVE_FRAC] == 0.0 and out[FAILED_POSITIVE_COUNT] == 0.0
+    assert out[K.FAILED_POSITIVE_FRAC] == 0.0 and out[K.FAILED_POSITIVE_COUNT] == 0.0
 
 
 def test_label_shares_among_informative_groups():

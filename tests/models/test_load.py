@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import json
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -216,7 +217,11 @@ def test_two_processes_build_the_tokenizer_cache_concurrently(tmp_path):
     env = {**os.environ, "LABELRL_CACHE": str(tmp_path), "HF_HUB_OFFLINE": "0", "TRANSFORMERS_OFFLINE": "0"}
     children = [
         subprocess.Popen(
-            [sys.executable, "-c", _TOKENIZER_CHILD], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+            [sys.executable, "-c", _TOKENIZER_CHILD],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
         )
         for _ in range(2)
     ]
@@ -233,6 +238,13 @@ def test_two_processes_build_the_tokenizer_cache_concurrently(tmp_path):
 @pytest.mark.slow
 def test_smollm2_first_load_converts_and_cached_load_matches(tmp_path, monkeypatch):
     monkeypatch.setenv("LABELRL_CACHE", str(tmp_path))
+    try:
+        _check_smollm2_first_and_cached_load()
+    finally:
+        shutil.rmtree(tmp_path / "models", ignore_errors=True)  # 517 MB; pytest keeps old tmp dirs
+
+
+def _check_smollm2_first_and_cached_load():
     started = time.perf_counter()
     first, tokenizer = load_model("smollm2-135m-instruct")
     first_s = time.perf_counter() - started

@@ -79,6 +79,7 @@ def load_model(
     eval mode. A directory holding a PEFT adapter yields a ``PeftModel`` (adapter frozen) over
     its base, which is loaded by calling ``load_model`` on ``base_model_name_or_path``; its
     tokenizer comes from the adapter directory if saved there, else from the base.
+    A built-in name wins over a directory of the same name (pass ``./tiny-random`` for that).
     Raises ValueError for an unknown spec or an unusable directory, FileNotFoundError if the
     SmolLM2 GGUF package is not installed.
     """
@@ -121,9 +122,12 @@ def load_tokenizer(spec: str | os.PathLike, *, trust_remote_code: bool = False) 
     """
     kind, where = _resolve_spec(spec)
     if kind in (SMOLLM2, TINY_RANDOM):
-        return _prepare_tokenizer(AutoTokenizer.from_pretrained(_smollm2_tokenizer_dir(), local_files_only=True))
+        tokenizer = AutoTokenizer.from_pretrained(_smollm2_tokenizer_dir(), local_files_only=True)
+        return _prepare_tokenizer(tokenizer)
     if _has_tokenizer(where):
-        tokenizer = AutoTokenizer.from_pretrained(where, local_files_only=True, trust_remote_code=trust_remote_code)
+        tokenizer = AutoTokenizer.from_pretrained(
+            where, local_files_only=True, trust_remote_code=trust_remote_code
+        )
         return _prepare_tokenizer(tokenizer)
     if kind == "adapter":
         return load_tokenizer(_adapter_base_spec(where), trust_remote_code=trust_remote_code)
