@@ -141,7 +141,7 @@ def config_command(
             fail(str(exc))
         try:
             run(cfg)
-        except ValueError as exc:
+        except (ValueError, FileNotFoundError) as exc:
             fail(str(exc))
         except KeyboardInterrupt:
             err_console.print("interrupted", style="yellow")

@@ -31,6 +31,8 @@ def policy_loss(
     group_size: int | None = None,
     kl_estimator: str = "k3",
     kl_ratio_correction: bool = False,
+    n_sequences: int | None = None,
+    n_tokens: int | None = None,
     **surrogate_opts: Any,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """Scalar loss to minimise, and detached statistics.
@@ -39,7 +41,8 @@ def policy_loss(
     ``advantages`` ``[N]``, ``mask`` ``[N,T]`` (True on completion tokens that count).
     Per token: ``surrogate(...) + beta · KL(π ‖ π_ref)``, then ``aggregation`` over the mask.
     ``beta > 0`` needs ``ref_logprobs`` ``[N,T]``. ``max_len`` and ``group_size`` go to the
-    aggregation; ``surrogate_opts`` (e.g. ``eps_low``, ``eps_high``) to the surrogate.
+    aggregation, and so do ``n_sequences`` / ``n_tokens`` (the full batch's counts when
+    zero-advantage groups were dropped before the pass); ``surrogate_opts`` (e.g. ``eps_low``, ``eps_high``) to the surrogate.
     ``kl_ratio_correction`` multiplies the per-token KL by the ratio ``exp(logp − old_logp)``
     (1 in value on-policy, but differentiable), which makes the KL gradient the unbiased
     reverse-KL gradient (DeepSeek-AI 2025, "DeepSeek-V3.2", arXiv:2512.02556); TRL 1.16 turns
@@ -68,7 +71,7 @@ def policy_loss(
         kl = KL_ESTIMATORS.get(kl_estimator)(logprobs, ref_logprobs)
         weight = torch.exp(logprobs - old_logprobs) if kl_ratio_correction else 1.0
         per_token = per_token + beta * kl * weight
-    loss = aggregate_fn(per_token, mask, max_len=max_len, group_size=group_size)
+    loss = aggregate_fn(per_token, mask, max_len=max_len, group_size=group_size, n_sequences=n_sequences, n_tokens=n_tokens)
     stats = _stats(logprobs, old_logprobs, advantages, mask, kl, surrogate, surrogate_opts)
     return loss, stats
 

@@ -1,7 +1,10 @@
 """Reduce a per-token loss ``[N,T]`` to a scalar, behind ``AGGREGATIONS``.
 
-Signature: ``f(per_token_loss [N,T], mask [N,T], *, max_len=None, group_size=None) -> scalar``.
-``mask`` is True (or 1) on real completion tokens. Padded positions are ignored even when
+Signature: ``f(per_token_loss [N,T], mask [N,T], *, max_len=None, group_size=None,
+n_sequences=None, n_tokens=None) -> scalar``. ``mask`` is True (or 1) on real completion tokens.
+``n_sequences`` / ``n_tokens`` override the batch's own counts in the denominators: the
+trainer's skip rule drops groups whose advantages are all 0 before the forward pass, and
+passes the full batch's counts so the loss equals the one over the whole batch. Padded positions are ignored even when
 their loss is NaN or inf (``torch.where``, not multiplication), so padding never changes the
 result. How each maps to TRL 1.16's ``GRPOTrainer._compute_loss`` ``loss_type``:
 
@@ -26,7 +29,13 @@ AGGREGATIONS: Registry[Aggregation] = Registry("aggregation")
 
 @AGGREGATIONS.register("token_mean")
 def token_mean(
-    per_token_loss: torch.Tensor, mask: torch.Tensor, *, max_len: int | None = None, group_size: int | None = None
+    per_token_loss: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    max_len: int | None = None,
+    group_size: int | None = None,
+    n_sequences: int | None = None,
+    n_tokens: int | None = None,
 ) -> torch.Tensor:
     """``Σ_i Σ_t loss_it / Σ_i |o_i|``: every token of the batch weighs the same.
 
@@ -35,12 +44,19 @@ def token_mean(
     sequence's weight still depends on the other sequences' lengths in the batch.
     """
     masked, mask = _masked(per_token_loss, mask, group_size)
-    return masked.sum() / mask.sum().clamp(min=1)
+    total = mask.sum() if n_tokens is None else torch.tensor(float(n_tokens))
+    return masked.sum() / total.clamp(min=1)
 
 
 @AGGREGATIONS.register("seq_mean_token_mean")
 def seq_mean_token_mean(
-    per_token_loss: torch.Tensor, mask: torch.Tensor, *, max_len: int | None = None, group_size: int | None = None
+    per_token_loss: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    max_len: int | None = None,
+    group_size: int | None = None,
+    n_sequences: int | None = None,
+    n_tokens: int | None = None,
 ) -> torch.Tensor:
     """``1/N Σ_i (1/|o_i| Σ_t loss_it)``: the original GRPO objective.
 
@@ -51,12 +67,18 @@ def seq_mean_token_mean(
     """
     masked, mask = _masked(per_token_loss, mask, group_size)
     per_seq = masked.sum(dim=1) / mask.sum(dim=1).clamp(min=1)
-    return per_seq.mean()
+    return per_seq.sum() / (per_seq.shape[0] if n_sequences is None else n_sequences)
 
 
 @AGGREGATIONS.register("seq_mean_token_sum_norm")
 def seq_mean_token_sum_norm(
-    per_token_loss: torch.Tensor, mask: torch.Tensor, *, max_len: int | None = None, group_size: int | None = None
+    per_token_loss: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    max_len: int | None = None,
+    group_size: int | None = None,
+    n_sequences: int | None = None,
+    n_tokens: int | None = None,
 ) -> torch.Tensor:
     """``Σ_i Σ_t loss_it / (N · L_max)``: Dr. GRPO's length-unbiased sum.
 
@@ -75,7 +97,7 @@ def seq_mean_token_sum_norm(
                 "pass the generation cap (max_new_tokens)"
             )
         width = max_len
-    return masked.sum() / (mask.shape[0] * width)
+    return masked.sum() / ((mask.shape[0] if n_sequences is None else n_sequences) * width)
 
 
 def _masked(per_token_loss: torch.Tensor, mask: torch.Tensor, group_size: int | None):

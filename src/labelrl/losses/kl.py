@@ -39,4 +39,5 @@ def k2(logprobs: torch.Tensor, ref_logprobs: torch.Tensor) -> torch.Tensor:
 def k3(logprobs: torch.Tensor, ref_logprobs: torch.Tensor) -> torch.Tensor:
     """``exp(log π_ref − log π) − (log π_ref − log π) − 1`` per token ``[N,T]``; ≥ 0."""
     log_ratio = ref_logprobs - logprobs
-    return torch.exp(log_ratio) - log_ratio - 1
+    # expm1 keeps tiny ratios accurate: exp(x) − 1 − x rounds below 0 for |x| ≈ 1e-16.
+    return torch.expm1(log_ratio) - log_ratio

@@ -100,6 +100,8 @@ class RLConfig(DataOptions, ModelOptions):
     max_sampling_rounds: int = Field(4, ge=1, description="Dynamic sampling: at most this many rounds of B prompts per step.")
     random_reward: bool = Field(False, description="Control: rewards drawn independently of the answer (spurious-reward control).")
     backend: Literal["labelrl", "hf"] = Field("labelrl", description="Rollout engine: labelrl's shared-prompt sampler or Hugging Face generate.")
+    skip_uninformative: bool = Field(True, description="Drop groups whose advantages are all 0 before the forward/backward pass. Exact (the loss keeps the whole batch's denominators); turn off only to measure what it saves.")
+    stop_after: Optional[int] = Field(None, ge=1, description="Stop cleanly after this many steps in this invocation (checkpoint saved; --resume continues), e.g. for time-limited jobs.")
     checkpoint_every: int = Field(10, ge=1, description="Save a resumable checkpoint every N steps (and at the end).")
     resume: bool = Field(False, description="Continue from the last checkpoint in --out.")
     max_nonfinite: int = Field(3, ge=1, description="Stop after this many non-finite losses or gradients in a row.")

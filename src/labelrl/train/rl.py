@@ -98,14 +98,21 @@ def sample_groups_for_step(run: RLRun) -> parts.StepBatch:
 
 
 def update_policy(run: RLRun, batch: parts.StepBatch) -> dict:
-    """Loss and optimizer step on the informative groups only (the skip rule)."""
+    """Loss and optimizer step; groups whose advantages are all 0 are never forwarded.
+
+    Skipping is exact: their loss terms are 0 and the aggregation still divides by the
+    whole batch's sequence and token counts, so the update equals the one over all groups.
+    With β > 0 uniform groups still carry the KL term, so nothing is skipped.
+    """
     cfg = run.cfg
-    keep = batch.informative.nonzero().flatten().tolist()
+    skip = cfg.skip_uninformative and cfg.beta == 0
+    keep = batch.informative.nonzero().flatten().tolist() if skip else list(range(len(batch.prompt_ids)))
+    normaliser = parts.loss_normaliser(batch, keep if run.algo.dynamic_sampling else None, cfg.group_size)
     stats = {K.LOSS: 0.0, K.GRAD_NORM: 0.0, K.KL: 0.0, K.NONFINITE_SKIPPED: 0}
     if keep:
         old_logprobs = None
         for _ in range(cfg.ppo_epochs):
-            loss, logprobs, step_stats = parts.policy_loss_for_groups(run, batch, keep, old_logprobs)
+            loss, logprobs, step_stats = parts.policy_loss_for_groups(run, batch, keep, old_logprobs, normaliser)
             old_logprobs = logprobs.detach() if old_logprobs is None else old_logprobs
             stats.update(step_stats)
             if not torch.isfinite(loss):
@@ -161,7 +168,10 @@ def run_rl(cfg: RLConfig) -> dict:
     last: dict = {}
     try:
         with StepProgress(cfg.steps, f"rl/{cfg.preset}", quiet=cfg.quiet, start=run.step) as progress:
+            started_at = run.step
             while run.step < cfg.steps and not run.stop_requested:
+                if cfg.stop_after is not None and run.step + 1 - started_at >= cfg.stop_after:
+                    run.stop_requested = True  # this is the last step of the invocation
                 last = rl_step(run)
                 progress.update(run.step, {
                     "reward": last[K.REWARD_MEAN], "len": last[K.LENGTH_MEAN],
@@ -170,7 +180,7 @@ def run_rl(cfg: RLConfig) -> dict:
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-    summary = {"steps_done": run.step, "steps": cfg.steps, "stopped_early": run.stop_requested, "last": last}
+    summary = {"steps_done": run.step, "steps": cfg.steps, "stopped_early": run.step < cfg.steps, "last": last}
     if run.step >= cfg.steps:
         summary["model_dir"] = str(save_model(run.run_dir, run.model, run.tokenizer))
     atomic_write_json(run.run_dir / "rl_summary.json", summary)

@@ -169,7 +169,16 @@ def concat_batches(batches: list[StepBatch], limit_informative: int | None) -> S
     )
 
 
-def policy_loss_for_groups(run, batch: StepBatch, keep: list[int], old_logprobs):
+def loss_normaliser(batch: StepBatch, groups: list[int] | None, group_size: int) -> dict[str, int]:
+    """Sequence and token counts the aggregation divides by: those of ``groups`` (dynamic
+    sampling trains on the informative groups only), else of every group sampled."""
+    groups = range(len(batch.prompt_ids)) if groups is None else groups
+    rows = [g * group_size + j for g in groups for j in range(group_size)]
+    tokens = sum(len(batch.completion_ids[r]) for r in rows if bool(batch.loss_mask[r]))
+    return {"n_sequences": len(rows), "n_tokens": tokens}
+
+
+def policy_loss_for_groups(run, batch: StepBatch, keep: list[int], old_logprobs, normaliser: dict):
     """Per-token log-probs of the kept groups (each prompt computed once) and the loss."""
     G = run.cfg.group_size
     rows = [g * G + j for g in keep for j in range(G)]
@@ -185,7 +194,7 @@ def policy_loss_for_groups(run, batch: StepBatch, keep: list[int], old_logprobs)
     loss, stats = policy_loss(
         logprobs, old, batch.advantages[rows].float(), mask, surrogate=run.algo.surrogate,
         aggregation=run.algo.aggregation, ref_logprobs=ref, beta=run.cfg.beta,
-        max_len=run.cfg.max_new_tokens, **run.algo.surrogate_options,
+        max_len=run.cfg.max_new_tokens, **normaliser, **run.algo.surrogate_options,
     )
     return loss, logprobs, {K.KL: float(stats.get("kl", 0.0))}
 

@@ -60,20 +60,27 @@ def build_items(tokenizer, data: RunData, cfg: SFTConfig, traces: dict[str, str]
 
 
 def sft_loss(model, batch: list[SFTItem], pad_id: int) -> torch.Tensor:
-    """Mean cross-entropy over assistant tokens of a right-padded batch."""
+    """Mean cross-entropy over assistant tokens of a left-padded batch.
+
+    Left padding puts every target at the end of its row, so the output projection (the
+    largest matrix product for a small model with a 49k vocabulary) runs only on the last
+    positions (``logits_to_keep``), not on the prompts.
+    """
     width = max(len(it.input_ids) for it in batch)
+    n_keep = max(len(it.input_ids) - it.n_prompt for it in batch) + 1
     ids = torch.full((len(batch), width), pad_id, dtype=torch.long)
     mask = torch.zeros((len(batch), width), dtype=torch.long)
     target = torch.full((len(batch), width), -100, dtype=torch.long)
     for i, it in enumerate(batch):
-        n = len(it.input_ids)
-        ids[i, :n] = torch.tensor(it.input_ids)
-        mask[i, :n] = 1
-        target[i, it.n_prompt : n] = ids[i, it.n_prompt : n]
-    logits = model(input_ids=ids, attention_mask=mask).logits[:, :-1, :].float()
-    return torch.nn.functional.cross_entropy(
-        logits.reshape(-1, logits.size(-1)), target[:, 1:].reshape(-1), ignore_index=-100
-    )
+        start = width - len(it.input_ids)
+        ids[i, start:] = torch.tensor(it.input_ids)
+        mask[i, start:] = 1
+        target[i, start + it.n_prompt :] = ids[i, start + it.n_prompt :]
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    logits = model(input_ids=ids, attention_mask=mask, position_ids=positions, logits_to_keep=n_keep).logits
+    logits = logits[:, :-1, :].float()  # position t predicts token t+1
+    labels = target[:, width - n_keep + 1 :]
+    return torch.nn.functional.cross_entropy(logits.reshape(-1, logits.size(-1)), labels.reshape(-1), ignore_index=-100)
 
 
 def evaluate_val(model, tokenizer, data: RunData, cfg: SFTConfig) -> dict[str, float]:
@@ -115,7 +122,8 @@ def run_sft(cfg: SFTConfig) -> dict:
                       K.LEARNING_RATE: scheduler.get_last_lr()[0], K.STEP_SECONDS: time.perf_counter() - started}
             if (step + 1) % cfg.eval_every == 0 or step + 1 == total:
                 record.update(evaluate_val(model, tokenizer, data, cfg))
-                if record.get(select_key, float("-inf")) > best[select_key] or best["step"] is None:
+                # ties go to the later (longer-trained) model
+                if record.get(select_key, float("-inf")) >= best[select_key]:
                     best = {"step": step + 1, **{k: record[k] for k in record if k.startswith("eval/")}}
                     save_model(run_dir, model, tokenizer)
             record[K.PEAK_MEMORY_MB] = peak_memory_mb()

@@ -1,0 +1,431 @@
+"""Audited relabelling: a judge applies a written rubric to every item, unsure items go to an
+adjudicator, and the judge's own consistency and its agreement with the old labels are measured.
+
+``run_relabel`` works in phases, each resumable from the journal (``OUT.journal.jsonl``, one
+flushed line per answer; a re-run asks only for what the journal lacks):
+
+1. **judge**: every item gets the judge's label and confidence (``Judge.label``).
+2. **adjudicate**: items whose judge confidence is below ``min_confidence``, or missing, or
+   whose reply did not parse, go to the adjudicator, whose label decides. Adjudications made by
+   another adjudicator (an earlier run's) are not reused.
+3. **self-agreement**: the judge labels a seeded random sample of items again as an
+   independent sample (``Judge.label(..., sample_seed=seed)``): a local judge draws a label
+   from its own label distribution (its first answer is the most probable label, so the rate
+   estimates how often the distribution reproduces that choice; a deterministic re-score would
+   agree 100% by construction and say nothing); an endpoint is asked again at its sampling
+   temperature with a seed. The two passes are treated as a test-retest pair, as duplicates
+   are in :mod:`labelrl.audit.noise`: disagreement d, flip rate ε (eq. 1 there), κ.
+4. **output**: every original column plus the provenance columns (``PROVENANCE_COLUMNS``),
+   written atomically to a new file, and a summary beside it (``OUT.summary.json``).
+
+``label_final`` is the adjudicator's label when the item was adjudicated and that reply
+parsed; else the judge's label when it parsed; else the original label (nothing replaced it).
+``final_source`` says which.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import io
+import json
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterator, Sequence
+
+import numpy as np
+
+from labelrl.audit.judges import Judge, JudgeError, Verdict
+from labelrl.fileio import append_jsonl, atomic_write_bytes, atomic_write_json, atomic_write_text, read_jsonl
+from labelrl.types import Example, LabelSpace
+
+PROVENANCE_COLUMNS = (
+    "label_original", "label_judge", "judge_confidence", "judge_status", "adjudicated",
+    "label_adjudicator", "adjudicator_confidence", "label_final", "final_source",
+)
+OUTPUT_SUFFIXES = (".jsonl", ".parquet")
+JOURNAL_FORMAT = 1
+OnRecord = Callable[[str, str], None]
+
+
+@dataclass(frozen=True)
+class RelabelItems:
+    """The rows to relabel: ``rows[i]`` (original columns, as read) is ``examples[i]``."""
+
+    name: str
+    path: Path | None  # None for a built-in dataset
+    rows: list[dict[str, Any]]
+    examples: tuple[Example, ...]
+    labels: LabelSpace
+    fingerprint: str  # sha256 of every (id, text, label), limit or not
+
+
+@dataclass(frozen=True)
+class RelabelPaths:
+    out: Path
+    journal: Path
+    summary: Path
+
+
+def read_rubric(path: str | Path) -> str:
+    """The rubric's text; ValueError for a missing or empty file."""
+    path = Path(path)
+    if not path.is_file():
+        raise ValueError(f"--rubric {path}: no such file; write the labelling rules in a text or Markdown file and give its path")
+    text = path.read_text(encoding="utf-8")
+    if not text.strip():
+        raise ValueError(f"--rubric {path}: the file is empty; write the rules the judge must apply")
+    return text
+
+
+def load_items(
+    data: str | Path, *, text_cols: Sequence[str] | None = None, label_col: str | None = None,
+    labels: Sequence[str] | str | None = None, limit: int | None = None,
+) -> RelabelItems:
+    """Read and validate ``data`` (a built-in name or a file, as ``labelrl.data.load_dataset``),
+    keeping each row's original columns. Every row must be valid: relabel writes every row
+    back, so none may be skipped. ``limit`` keeps the first N rows."""
+    from labelrl.data.builtin import BUILTIN_DATASETS
+    from labelrl.data.load import read_table
+    from labelrl.data.schema import ColumnSpec, RawTable, build_examples, resolve_columns
+
+    if isinstance(labels, str):
+        labels = [x.strip() for x in labels.split(",") if x.strip()]
+    if limit is not None and limit < 1:
+        raise ValueError(f"--limit {limit}: must be 1 or more rows (leave it out for all rows)")
+    name, path, defaults, spaces = str(data), None, None, {}
+    if name in BUILTIN_DATASETS:
+        builtin = BUILTIN_DATASETS.get(name).read()
+        table = RawTable(name, builtin.columns, builtin.rows)
+        defaults = ColumnSpec(builtin.text_cols, builtin.label_col, builtin.id_col)
+        spaces = builtin.label_spaces
+    else:
+        path = Path(data)
+        table = read_table(path)
+        name = path.stem if path.is_file() else path.name
+    spec = resolve_columns(table, list(text_cols) if text_cols else None, label_col, None, defaults)
+    examples, space, _ = build_examples(
+        table, spec, labels=labels, default_space=spaces.get(spec.label_col), on_bad_row="error"
+    )
+    clash = [c for c in PROVENANCE_COLUMNS if c in table.columns]
+    if clash:
+        raise ValueError(
+            f"{table.source}: already has the column(s) {clash} that relabel writes (is it a relabel "
+            "output?); rename them, or relabel the original file"
+        )
+    digest = hashlib.sha256()
+    for ex in examples:
+        digest.update(json.dumps([ex.id, ex.text, ex.label]).encode("utf-8"))
+    rows = list(table.rows)
+    assert len(rows) == len(examples), "error mode keeps every row"
+    keep = len(examples) if limit is None else limit
+    return RelabelItems(name, path, rows[:keep], tuple(examples[:keep]), space, digest.hexdigest())
+
+
+def output_paths(items: RelabelItems, out: str | Path | None) -> RelabelPaths:
+    """``out`` (default ``NAME.relabelled.jsonl`` beside the input file, or here for a built-in),
+    its journal ``OUT.journal.jsonl`` and summary ``OUT.summary.json``; none may be the input."""
+    if out is None:
+        folder = items.path.parent if items.path is not None and items.path.is_file() else Path(".")
+        out = folder / f"{items.name}.relabelled.jsonl"
+    out = Path(out)
+    paths = RelabelPaths(out, out.with_suffix(".journal.jsonl"), out.with_suffix(".summary.json"))
+    if items.path is not None:
+        source = items.path.resolve()
+        for what, path in (("it", paths.out), ("its journal", paths.journal), ("its summary", paths.summary)):
+            if path.resolve() == source:
+                raise ValueError(f"--out {out}: {what} would be the input file {items.path}; relabel never "
+                                 "overwrites its input; choose another --out")
+    if out.suffix.lower() not in OUTPUT_SUFFIXES:
+        raise ValueError(f"--out {out}: relabel writes .jsonl or .parquet; give a path ending in one of them")
+    return paths
+
+
+class Journal:
+    """The append-only record of every answer; a header line ties it to one input, rubric,
+    label set and judge, so a re-run never mixes answers from different setups."""
+
+    KINDS = ("judge", "adjudicate", "retest")
+
+    def __init__(self, path: Path, header: dict) -> None:
+        self.path = Path(path)
+        self.records: dict[str, dict[str, dict]] = {kind: {} for kind in self.KINDS}
+        _drop_torn_tail(self.path)
+        lines = read_jsonl(self.path)
+        if not lines:
+            append_jsonl(self.path, header)
+            return
+        if not isinstance(lines[0], dict) or lines[0].get("kind") != "header":
+            raise ValueError(f"{self.path} is not a relabel journal; move it away, or choose another --out")
+        differ = [k for k in header if lines[0].get(k) != header[k]]
+        if differ:
+            raise ValueError(
+                f"{self.path} was written for a different {', '.join(differ)}; delete it to start over, or "
+                "choose another --out"
+            )
+        for record in lines[1:]:
+            self.records[record["kind"]][record["id"]] = record
+
+    def add(self, kind: str, item_id: str, verdict: Verdict, by: str, **extra: Any) -> None:
+        record = {"kind": kind, "id": item_id, "label": verdict.label, "confidence": verdict.confidence,
+                  "status": verdict.status, "raw": verdict.raw, "by": by, **extra}
+        append_jsonl(self.path, record)
+        self.records[kind][item_id] = record
+
+
+def _drop_torn_tail(path: Path) -> None:
+    """Cut a last line left unfinished by a kill, so the next append starts on a fresh line."""
+    if not path.is_file():
+        return
+    data = path.read_bytes()
+    if data and not data.endswith(b"\n"):
+        with open(path, "r+b") as handle:
+            handle.truncate(data.rfind(b"\n") + 1)
+
+
+def needs_adjudication(record: dict, min_confidence: float) -> bool:
+    return record["label"] is None or record["confidence"] is None or record["confidence"] < min_confidence
+
+
+def self_agreement_ids(examples: Sequence[Example], n: int, seed: int) -> list[str]:
+    """A seeded random sample of ``min(n, len)`` item ids, in dataset order."""
+    n = min(max(n, 0), len(examples))
+    chosen = np.random.default_rng(seed).choice(len(examples), size=n, replace=False)
+    return [examples[i].id for i in sorted(chosen.tolist())]
+
+
+def run_relabel(
+    items: RelabelItems, rubric: str, judge: Judge, adjudicator: Judge | None, paths: RelabelPaths, *,
+    min_confidence: float = 0.7, self_agreement_sample: int = 50, seed: int = 0,
+    console=None, on_record: OnRecord | None = None,
+) -> dict:
+    """Run the phases of the module docstring; returns the summary (``summarise``).
+
+    ``console`` (a rich Console) shows a progress bar per phase; ``on_record(kind, id)`` is
+    called after each journal line. A JudgeError keeps everything already journaled and is
+    re-raised with how much is saved and how to resume.
+    """
+    if not 0.0 <= min_confidence <= 1.0:
+        raise ValueError(f"--min-confidence {min_confidence}: a probability lies in [0, 1]")
+    header = {"kind": "header", "format": JOURNAL_FORMAT, "input": items.fingerprint, "labels": list(items.labels.labels),
+              "rubric_sha256": hashlib.sha256(rubric.encode("utf-8")).hexdigest(), "judge": judge.name}
+    journal = Journal(paths.journal, header)
+    done = journal.records
+    with _progress(console) as progress:
+        def phase(kind: str, title: str, who: Judge, todo: list[Example], **kw: Any) -> None:
+            _run_phase(kind, title, who, todo, journal, progress, on_record, **kw)
+
+        phase("judge", "judging", judge, [ex for ex in items.examples if ex.id not in done["judge"]])
+        low = [ex for ex in items.examples if needs_adjudication(done["judge"][ex.id], min_confidence)]
+        if adjudicator is not None:
+            todo = [ex for ex in low if done["adjudicate"].get(ex.id, {}).get("by") != adjudicator.name]
+            phase("adjudicate", "adjudicating", adjudicator, todo)
+        by_id = {ex.id: ex for ex in items.examples}
+        sample = self_agreement_ids(items.examples, self_agreement_sample, seed)
+        todo = [by_id[i] for i in sample if done["retest"].get(i, {}).get("seed") != seed]
+        phase("retest", "self-agreement", judge, todo, sample_seed=seed)
+    rows = output_rows(items, journal, adjudicator, min_confidence)
+    write_rows(paths.out, rows)
+    summary = summarise(items, journal, judge, adjudicator, sample, rows,
+                        min_confidence=min_confidence, seed=seed, paths=paths)
+    atomic_write_json(paths.summary, summary)
+    return summary
+
+
+def _run_phase(kind: str, title: str, who: Judge, todo: list[Example], journal: Journal, progress,
+               on_record: OnRecord | None, sample_seed: int | None = None) -> None:
+    if not todo:
+        return
+    task = progress.add_task(title, total=len(todo)) if progress is not None else None
+    extra = {"seed": sample_seed} if sample_seed is not None else {}
+
+    def save(index: int, verdict: Verdict) -> None:
+        journal.add(kind, todo[index].id, verdict, who.name, **extra)
+        if task is not None:
+            progress.advance(task)
+        if on_record is not None:
+            on_record(kind, todo[index].id)
+
+    try:
+        who.label(todo, sample_seed=sample_seed, on_result=save)
+    except JudgeError as exc:
+        saved = {k: len(v) for k, v in journal.records.items() if v}
+        counts = ", ".join(f"{n} {k}" for k, n in saved.items()) or "nothing yet"
+        raise JudgeError(f"{exc}. Saved so far in {journal.path}: {counts}; re-run the same command to resume") from None
+
+
+@contextlib.contextmanager
+def _progress(console) -> Iterator[Any]:
+    """A rich progress bar on ``console`` (none without one; hidden off a terminal, where a bar
+    cannot redraw); transient, so it gives way to the summary or to an error line."""
+    if console is None:
+        yield None
+        return
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
+    with Progress(*columns, console=console, transient=True, disable=not console.is_terminal) as bar:
+        yield bar
+
+
+def _decide(original: str, judged: dict, adjudged: dict | None) -> tuple[str, str]:
+    if adjudged is not None and adjudged["label"] is not None:
+        return adjudged["label"], "adjudicator"
+    if judged["label"] is not None:
+        return judged["label"], "judge"
+    return original, "original"
+
+
+def output_rows(items: RelabelItems, journal: Journal, adjudicator: Judge | None, min_confidence: float) -> list[dict]:
+    """Each original row plus the provenance columns, in input order."""
+    rows = []
+    for row, ex in zip(items.rows, items.examples):
+        judged = journal.records["judge"][ex.id]
+        adjudged = None
+        if adjudicator is not None and needs_adjudication(judged, min_confidence):
+            adjudged = journal.records["adjudicate"][ex.id]
+        final, source = _decide(ex.label, judged, adjudged)
+        rows.append({
+            **row,
+            "label_original": ex.label, "label_judge": judged["label"],
+            "judge_confidence": judged["confidence"], "judge_status": judged["status"],
+            "adjudicated": adjudged is not None,
+            "label_adjudicator": adjudged["label"] if adjudged else None,
+            "adjudicator_confidence": adjudged["confidence"] if adjudged else None,
+            "label_final": final, "final_source": source,
+        })
+    return rows
+
+
+def write_rows(path: Path, rows: list[dict]) -> None:
+    """Write ``rows`` atomically as JSONL or Parquet (by the suffix)."""
+    if path.suffix.lower() == ".parquet":
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        try:
+            table = pa.Table.from_pylist(rows)
+        except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+            raise ValueError(f"--out {path}: the columns do not fit Parquet ({exc}); write .jsonl instead") from None
+        buffer = io.BytesIO()
+        pq.write_table(table, buffer)
+        atomic_write_bytes(path, buffer.getvalue())
+    else:
+        atomic_write_text(path, "".join(json.dumps(r, ensure_ascii=False, default=str) + "\n" for r in rows))
+
+
+
+def agreement_with(original: Sequence[str], other: Sequence[str | None], labels: LabelSpace) -> dict:
+    """How far ``other`` agrees with the original labels, over the items where it has a label.
+
+    agreement: share of equal labels; kappa: Cohen's κ between the two labelings (Cohen 1960,
+    eq. 1, scikit-learn), None when undefined (one label only); per_class[label]: the items
+    originally so labelled and the share of them ``other`` labels the same (recall);
+    confusion[original][other]: counts.
+    """
+    from sklearn.metrics import cohen_kappa_score
+
+    pairs = [(a, b) for a, b in zip(original, other) if b is not None]
+    block: dict[str, Any] = {"n": len(pairs), "n_missing": len(original) - len(pairs), "agreement": None,
+                             "kappa": None, "per_class": {}, "confusion": {}}
+    if not pairs:
+        return block
+    block["agreement"] = sum(a == b for a, b in pairs) / len(pairs)
+    a_idx = [labels.index(a) for a, _ in pairs]
+    b_idx = [labels.index(b) for _, b in pairs]
+    if len(set(a_idx) | set(b_idx)) > 1:
+        block["kappa"] = float(cohen_kappa_score(a_idx, b_idx, labels=list(range(labels.k))))
+    for name in labels.labels:
+        mine = [b for a, b in pairs if a == name]
+        block["per_class"][name] = {"n": len(mine), "agreement": sum(b == name for b in mine) / len(mine) if mine else None}
+        block["confusion"][name] = {other_name: mine.count(other_name) for other_name in labels.labels}
+    return block
+
+
+def self_agreement(items: RelabelItems, journal: Journal, judge: Judge, sample: Sequence[str], seed: int) -> dict:
+    """The judge's two passes over the sample as test-retest pairs (``duplicate_noise``):
+    agreement = 1 − d, flip rate ε and ceiling 1 − ε (eq. 1 of labelrl.audit.noise), κ, with
+    bootstrap intervals. Pairs where either reply did not parse are counted, not compared."""
+    from labelrl.audit.duplicates import DuplicateGroup
+    from labelrl.audit.noise import duplicate_noise
+
+    if judge.kind == "local":
+        method = ("the local judge's first pass takes the most probable label; the second draws a label from the "
+                  f"judge's label distribution (seed {seed}), so agreement estimates how often that distribution "
+                  "reproduces the first choice (a deterministic re-score would agree 100% and tell nothing)")
+    else:
+        temperature = getattr(getattr(judge, "spec", None), "sample_temperature", None)
+        method = (f"the {judge.kind} judge was asked again" + (f" at temperature {temperature:g}" if temperature else "")
+                  + f" with seed {seed}")
+    groups = []
+    for item_id in sample:
+        first = journal.records["judge"][item_id]["label"]
+        second = journal.records["retest"][item_id]["label"]
+        if first is not None and second is not None:
+            groups.append(DuplicateGroup(key=(item_id,), ids=(item_id, item_id), labels=(first, second), texts=("", "")))
+    block: dict[str, Any] = {"method": method, "n_sample": len(sample), "n_compared": len(groups),
+                             "n_unparseable": len(sample) - len(groups), "agreement": None, "agreement_ci": None}
+    if not groups:
+        return block
+    noise = duplicate_noise(groups, items.labels, n_boot=1000, seed=seed)
+    d, d_ci = noise["disagreement_rate"], noise["disagreement_rate_ci"]
+    block.update(agreement=1.0 - d, agreement_ci=[1.0 - d_ci[1], 1.0 - d_ci[0]] if d_ci else None)
+    for name in ("kappa", "flip_rate", "ceiling"):
+        block[name], block[f"{name}_ci"] = noise[name], noise[f"{name}_ci"]
+    block["flip_rate_reason"] = noise["flip_rate_reason"]
+    return block
+
+
+def summarise(items: RelabelItems, journal: Journal, judge: Judge, adjudicator: Judge | None, sample: Sequence[str],
+              rows: list[dict], *, min_confidence: float, seed: int, paths: RelabelPaths) -> dict:
+    """The numbers of a relabel run (printed by the CLI, saved as ``OUT.summary.json``)."""
+    original = [ex.label for ex in items.examples]
+    final = [r["label_final"] for r in rows]
+    n_low = sum(needs_adjudication(journal.records["judge"][ex.id], min_confidence) for ex in items.examples)
+    status = Counter(r["judge_status"] for r in rows)
+    summary = {
+        "dataset": items.name, "n_items": len(rows), "labels": list(items.labels.labels),
+        "judge": judge.name, "adjudicator": adjudicator.name if adjudicator else None,
+        "min_confidence": min_confidence, "seed": seed,
+        "judge_status": {name: status.get(name, 0) for name in ("ok", "no_confidence", "unparseable")},
+        "n_low_confidence": n_low,
+        "n_adjudicated": sum(r["adjudicated"] for r in rows),
+        "n_adjudicator_unparseable": sum(r["adjudicated"] and r["label_adjudicator"] is None for r in rows),
+        "final_source": dict(Counter(r["final_source"] for r in rows)),
+        "n_changed": sum(a != b for a, b in zip(original, final)),
+        "changed_rate": sum(a != b for a, b in zip(original, final)) / len(rows) if rows else None,
+        "label_counts": {"original": _counts(original, items.labels), "final": _counts(final, items.labels)},
+        "agreement_with_original": {
+            "judge": agreement_with(original, [r["label_judge"] for r in rows], items.labels),
+            "final": agreement_with(original, final, items.labels),
+        },
+        "self_agreement": self_agreement(items, journal, judge, sample, seed),
+        "requests": {role: dict(j.stats) for role, j in (("judge", judge), ("adjudicator", adjudicator))
+                     if getattr(j, "stats", None) is not None},
+        "files": {"out": str(paths.out), "journal": str(paths.journal), "summary": str(paths.summary)},
+    }
+    summary["notes"] = _notes(summary, adjudicator is not None)
+    return summary
+
+
+def _counts(labels_seen: Sequence[str], labels: LabelSpace) -> dict[str, int]:
+    counts = Counter(labels_seen)
+    return {name: counts.get(name, 0) for name in labels.labels}
+
+
+def _notes(summary: dict, has_adjudicator: bool) -> list[str]:
+    notes = []
+    bad = summary["judge_status"]["unparseable"]
+    if bad:
+        fate = "the adjudicator decided them" if has_adjudicator else "they keep their original label"
+        notes.append(f"{bad} judge replies held no valid <answer>LABEL</answer> (judge_status 'unparseable'; raw "
+                     f"replies are in the journal): {fate}.")
+    if summary["n_low_confidence"] and not has_adjudicator:
+        notes.append(f"{summary['n_low_confidence']} items fell below --min-confidence {summary['min_confidence']:g} "
+                     "but no --adjudicator was given: they keep the judge's label where it parsed.")
+    if summary["n_adjudicator_unparseable"]:
+        notes.append(f"{summary['n_adjudicator_unparseable']} adjudicator replies did not parse: those items keep "
+                     "the judge's label (or the original one).")
+    notes.append("Self-agreement: " + summary["self_agreement"]["method"] + ".")
+    return notes

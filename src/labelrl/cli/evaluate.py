@@ -1,0 +1,337 @@
+"""``labelrl eval | sweep | route | ledger``: evaluation from a model, then analyses from files."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal, Optional
+
+import typer
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from rich.console import Console
+from rich.table import Table
+
+from labelrl.cli.options import fail, format_validation_error
+
+METRIC_ROWS = (
+    ("accuracy", "accuracy"), ("balanced_accuracy", "balanced accuracy"), ("precision", "precision"),
+    ("recall", "recall"), ("f1", "F1"), ("roc_auc", "ROC-AUC"), ("pr_auc", "PR-AUC (average precision)"),
+    ("ece", "calibration error (ECE, 10 bins)"), ("mean_abs_grade_error", "mean |grade error|"),
+    ("within_one_accuracy", "within-one accuracy"),
+)
+POINT_COLUMNS = ("accuracy", "balanced_accuracy", "precision", "recall", "f1")
+
+
+class EvalConfig(BaseModel):
+    """Options of ``labelrl eval``; each description is the option's --help text."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    run_or_model: str = Field(description="A run directory (its saved model, data config and splits) or a model: a built-in name or a model directory.")
+    split: Literal["val", "holdout"] = Field("val", description="Which split to evaluate on. Holdout evaluations are recorded in the ledger, once per model.")
+    data: Optional[str] = Field(None, description="Data to evaluate on (default: the run's data config). Built-in name or JSONL/CSV/Parquet file.")
+    text_col: list[str] = Field(default_factory=list, description="With --data: text column(s) of the prompt (repeatable).")
+    label_col: Optional[str] = Field(None, description="The answer key: any label column (e.g. relabelled vs original labels). With --data it is also the data's label column.")
+    labels: Optional[str] = Field(None, description="With --data: the label set, comma-separated, in grade order for ordinal labels.")
+    kind: Optional[Literal["binary", "categorical", "ordinal"]] = Field(None, description="With --data: the label kind (inferred when omitted).")
+    mode: Optional[Literal["direct", "reasoning"]] = Field(None, description="With --data: the answer mode the model was trained for [default: direct].")
+    rubric: Optional[Path] = Field(None, description="With --data: the rubric file the model was trained with.")
+    split_seed: int = Field(0, description="With --data and no splits.json yet: seed of the split made in --splits.")
+    splits: Optional[Path] = Field(None, description="Directory of splits.json and ledger.jsonl (default: the run directory); needed for a bare model.")
+    method: Optional[Literal["scores", "generate"]] = Field(None, description="scores: label-token probabilities (direct models); generate: greedy decoding parsed strictly [default: by mode].")
+    out: Optional[Path] = Field(None, description="Predictions file (.parquet or .csv) [default: SPLITS_DIR/eval/NAME-SPLIT.parquet].")
+    json_path: Optional[Path] = Field(None, description="Write the metrics, the ledger record and the file paths to this JSON file.")
+    allow_repeat_holdout: bool = Field(False, description="Evaluate a model on the holdout again; the result is recorded and marked as a repeat.")
+    limit: Optional[int] = Field(None, ge=1, description="Evaluate only the first N examples of the split.")
+    n_boot: int = Field(1000, ge=0, description="Bootstrap resamples for the 95% intervals (0: none).")
+    seed: int = Field(0, description="Seed of the bootstrap.")
+    batch_size: int = Field(16, ge=1, description="Prompts per forward pass.")
+    max_new_tokens: Optional[int] = Field(None, ge=1, description="generate: token cap per answer [default: direct 8 past the longest answer tag, reasoning 256].")
+
+    @model_validator(mode="after")
+    def _data_flags_need_data(self) -> "EvalConfig":
+        given = [f"--{n.replace('_', '-')}" for n in ("text_col", "labels", "kind", "mode", "rubric") if getattr(self, n)]
+        if self.data is None and given:
+            raise ValueError(f"{', '.join(given)} describe the data and only apply with --data; drop them or add --data")
+        return self
+
+    def data_options(self):
+        from labelrl.train.config import DataOptions
+
+        if self.data is None:
+            return None
+        return DataOptions(data=self.data, text_col=self.text_col or None, label_col=self.label_col, labels=self.labels,
+                           kind=self.kind, mode=self.mode or "direct", rubric=self.rubric, split_seed=self.split_seed)
+
+
+def _help(name: str) -> str:
+    return EvalConfig.model_fields[name].description or ""
+
+
+def _interval(metrics: dict, name: str) -> str:
+    ci = metrics.get(f"{name}_ci")
+    return f"{ci[0]:.3f}–{ci[1]:.3f}" if ci else "—"
+
+
+def metrics_table(metrics: dict, title: str) -> Table:
+    table = Table(title=title, title_justify="left")
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    table.add_column("95% CI", justify="right")
+    for name, shown in METRIC_ROWS:
+        if name in metrics:
+            value = metrics[name]
+            table.add_row(shown, "—" if value is None else f"{value:.3f}", _interval(metrics, name))
+    return table
+
+
+def confusion_table(matrix: dict) -> Table:
+    table = Table(title="Confusion matrix (rows: label, columns: prediction)", title_justify="left")
+    table.add_column("")
+    for name in matrix["columns"]:
+        table.add_column(name, justify="right")
+    for name, row in zip(matrix["rows"], matrix["counts"]):
+        table.add_row(name, *[str(c) for c in row])
+    return table
+
+
+def _default_out(setup, split: str) -> Path:
+    spec = Path(setup.model_spec)
+    name = spec.parent.name if spec.name == "model" else spec.name
+    return Path(setup.data.splits_dir) / "eval" / f"{name}-{split}.parquet"
+
+
+def _beside(path: Path, suffix: str) -> Path:
+    return path.with_name(path.name.removesuffix(path.suffix) + suffix)
+
+
+def run_eval(cfg: EvalConfig, console: Console) -> dict:
+    """Evaluate, print, write predictions (+ reliability PNG, + --json); ValueError for bad input."""
+    from labelrl.evaluate.io import write_predictions
+    from labelrl.evaluate.plots import plot_reliability
+    from labelrl.evaluate.predict import evaluate_split, prepare
+    from labelrl.fileio import atomic_write_json
+
+    setup = prepare(cfg.run_or_model, cfg.data_options(), cfg.split, splits_dir=cfg.splits,
+                    label_col=cfg.label_col, limit=cfg.limit)
+    result = evaluate_split(setup, method=cfg.method, allow_repeat_holdout=cfg.allow_repeat_holdout, n_boot=cfg.n_boot,
+                            seed=cfg.seed, batch_size=cfg.batch_size, max_new_tokens=cfg.max_new_tokens)
+    pred, metrics = result.predictions, result.metrics
+    out = cfg.out or _default_out(setup, cfg.split)
+    write_predictions(pred, out)
+    files = {"predictions": str(out), "reliability_png": None}
+    if "reliability" in metrics:
+        files["reliability_png"] = str(plot_reliability(metrics, _beside(cfg.json_path or out, ".reliability.png")))
+    title = (f"{cfg.split}: {metrics['n']} examples, model {setup.model_spec} ({setup.model_fingerprint[:12]}), "
+             f"{pred.info['method']}; precision/recall/F1: {metrics['averaging']}")
+    console.print(metrics_table(metrics, title))
+    console.print(confusion_table(metrics["confusion_matrix"]))
+    if metrics["n_unparsed"]:
+        console.print(f"{metrics['n_unparsed']} of {metrics['n']} answers did not parse; they count as wrong.")
+    if result.repeat:
+        console.print("[bold yellow]REPEAT holdout evaluation[/]: this model was evaluated on this holdout before; "
+                      "this number is not an unbiased estimate and is marked as a repeat in the ledger.")
+    console.print(f"wrote {out}" + (f", {files['reliability_png']}" if files["reliability_png"] else "")
+                  + f"; recorded in {Path(setup.data.splits_dir) / 'ledger.jsonl'}")
+    report = {"metrics": metrics, "info": pred.info, "ledger": result.record, "files": files}
+    if cfg.json_path is not None:
+        atomic_write_json(cfg.json_path, report)
+        console.print(f"wrote {cfg.json_path}")
+    return report
+
+
+def _points_table(result: dict) -> Table:
+    table = Table(title=f"Operating points (positive label {result['positive_label']!r})", title_justify="left")
+    for name in ("operating point", "threshold", *POINT_COLUMNS):
+        table.add_column(name, justify="left" if name == "operating point" else "right")
+
+    def row(name: str, m: dict, threshold) -> None:
+        table.add_row(name, "—" if threshold is None else f"{threshold:.4f}", *[f"{m[c]:.3f}" for c in POINT_COLUMNS])
+
+    row("best balanced accuracy", result["metrics_at_best_balanced_accuracy"], result["best_balanced_accuracy_threshold"])
+    if result["metrics_at_target_recall"]:
+        row(f"recall ≥ {result['target_recall']:g}", result["metrics_at_target_recall"], result["threshold_at_target_recall"])
+    for other in result["compared"]:
+        row(f"{other['source']}", other["compared_metrics"], None)
+        row("  closest threshold", other["scored_metrics"], other["threshold"])
+    return table
+
+
+def run_sweep(predictions: Path, compare: list[Path], positive_label: str | None, target_recall: float | None,
+              tolerance: float, json_path: Path | None, plot: Path | None, console: Console) -> dict:
+    from labelrl.evaluate.io import read_predictions
+    from labelrl.evaluate.plots import plot_roc
+    from labelrl.evaluate.sweep import sweep
+    from labelrl.fileio import atomic_write_json
+
+    scored = read_predictions(predictions, positive_label=positive_label)
+    others = [read_predictions(p, positive_label=positive_label) for p in compare]
+    result = sweep(scored, positive_label=positive_label, target_recall=target_recall, compare=others, tolerance=tolerance)
+    console.print(f"{predictions}: {result['n']} examples ({result['n_positive']} positive), ROC-AUC {result['roc_auc']:.3f}")
+    console.print(_points_table(result))
+    for other in result["compared"]:
+        console.print(f"{other['source']}: {other['verdict']} (largest difference {other['max_metric_difference']:.3f} "
+                      f"at threshold {other['threshold']:.4f}; {other['n_joined']} shared ids)")
+    plot = plot or (_beside(json_path, ".roc.png") if json_path else None)
+    if plot is not None:
+        result["plot"] = str(plot_roc(result, plot))
+        console.print(f"wrote {plot}")
+    if json_path is not None:
+        atomic_write_json(json_path, result)
+        console.print(f"wrote {json_path}")
+    return result
+
+
+def _route_tables(result: dict) -> list[Table]:
+    models = Table(title="Models on the shared ids", title_justify="left")
+    for name in ("", "accuracy", "balanced accuracy"):
+        models.add_column(name, justify="left" if not name else "right")
+    for key, shown in (("a", f"A {result['a']['source']}"), ("b", f"B {result['b']['source']}"), ("oracle", "oracle (either right)")):
+        models.add_row(shown, f"{result[key]['accuracy']:.3f}", f"{result[key]['balanced_accuracy']:.3f}")
+    front = Table(title="Cascade frontier: route A's confidence band [lo, hi) to B", title_justify="left")
+    for name in ("band", "share routed", "Δ accuracy", "Δ balanced accuracy"):
+        front.add_column(name, justify="right")
+    for band in result["cascade"]["frontier"]:
+        front.add_row(f"[{band['lo']:.2f}, {band['hi']:.2f})", f"{band['share_routed']:.1%}",
+                      f"{band['delta_accuracy']:+.3f}", f"{band['delta_balanced_accuracy']:+.3f}")
+    tables = [models, front]
+    disagreement = result["disagreement"]
+    groups = [(f"A confidence [{r['lo']:.2f}, {r['hi']:.2f})", r) for r in disagreement["by_confidence"]]
+    groups += [(r["group"], r) for r in disagreement["by_ambiguity"] or []]
+    table = Table(title=f"Disagreements: {disagreement['n_disagree']} of {disagreement['n']}", title_justify="left")
+    for name in ("where", "examples", "disagree", "A right", "B right", "neither", "B gain"):
+        table.add_column(name, justify="left" if name == "where" else "right")
+    for name, r in groups:
+        table.add_row(name, str(r["n"]), str(r["n_disagree"]), str(r["a_right"]), str(r["b_right"]),
+                      str(r["neither_right"]), str(r["b_gain"]))
+    return tables + [table]
+
+
+def run_route(a_path: Path, b_path: Path, audit: Path | None, steps: int, json_path: Path | None, plot: Path | None,
+              console: Console) -> dict:
+    from labelrl.evaluate.io import read_predictions
+    from labelrl.evaluate.plots import plot_cascade
+    from labelrl.evaluate.route import route
+    from labelrl.fileio import atomic_write_json
+
+    result = route(read_predictions(a_path), read_predictions(b_path), audit=audit, steps=steps)
+    for table in _route_tables(result):
+        console.print(table)
+    best = result["cascade"]["best"]
+    console.print(f"best band [{best['lo']:.2f}, {best['hi']:.2f}): routes {best['share_routed']:.1%}, "
+                  f"Δ balanced accuracy {best['delta_balanced_accuracy']:+.3f} (chosen on these rows: confirm elsewhere)")
+    share = result["disagreement"].get("b_gain_share_ambiguous")
+    if share is not None:
+        console.print(f"{share:.0%} of the examples B gets right and A wrong are ambiguous (conflicting duplicates).")
+    for note in result["notes"]:
+        console.print(f"note: {note}")
+    plot = plot or (_beside(json_path, ".cascade.png") if json_path else None)
+    if plot is not None:
+        result["plot"] = str(plot_cascade(result, plot))
+        console.print(f"wrote {plot}")
+    if json_path is not None:
+        atomic_write_json(json_path, result)
+        console.print(f"wrote {json_path}")
+    return result
+
+
+def _fmt(value) -> str:
+    return "—" if value is None else f"{value:.3f}"
+
+
+def run_ledger(dirs: list[Path], json_path: Path | None, console: Console) -> dict:
+    from labelrl.evaluate.ledger import drop_table, ledger_path, read_ledger
+    from labelrl.fileio import atomic_write_json
+
+    records = []
+    for d in dirs:
+        if not ledger_path(d).is_file():
+            raise ValueError(f"{ledger_path(d)}: no ledger; `labelrl eval` writes one beside splits.json")
+        records += [dict(r, ledger=str(ledger_path(d))) for r in read_ledger(d)]
+    table = Table(title=f"Ledger: {len(records)} evaluations", title_justify="left")
+    for name in ("time", "split", "model", "fingerprint", "n", "accuracy", "balanced accuracy", ""):
+        table.add_column(name)
+    for r in records:
+        m = r["metrics"]
+        table.add_row(r["time"], r["split"], r["model_spec"], r["model_fingerprint"][:12], str(m.get("n", "")),
+                      _fmt(m.get("accuracy")), _fmt(m.get("balanced_accuracy")), "[bold yellow]REPEAT[/]" if r.get("repeat") else "")
+    console.print(table)
+    drops = drop_table(records)
+    if drops:
+        drop = Table(title="Val → holdout (largest balanced-accuracy drop first)", title_justify="left")
+        for name in ("model", "val from", "val BA", "holdout BA", "drop BA", "val acc", "holdout acc", "drop acc"):
+            drop.add_column(name)
+        for r in drops:
+            drop.add_row(r["model_spec"], r["val_source"], _fmt(r["val_balanced_accuracy"]), _fmt(r["holdout_balanced_accuracy"]),
+                         _fmt(r["drop_balanced_accuracy"]), _fmt(r["val_accuracy"]), _fmt(r["holdout_accuracy"]), _fmt(r["drop_accuracy"]))
+        console.print(drop)
+    result = {"records": records, "drops": drops}
+    if json_path is not None:
+        atomic_write_json(json_path, result)
+    return result
+
+
+def _guard(fn, *args) -> None:
+    try:
+        fn(*args, Console())
+    except (ValueError, OSError) as exc:
+        fail(str(exc))
+
+
+def _opt(name: str, *flags: str):
+    return typer.Option(EvalConfig.model_fields[name].default if not EvalConfig.model_fields[name].is_required() else ...,
+                        *flags, help=_help(name), show_default=False)
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("eval", help="Evaluate a run's model (or any model) on val or holdout: metrics with 95% intervals, predictions file, holdout ledger.")
+    def eval_command(
+        run_or_model: str = typer.Argument(..., help=_help("run_or_model"), metavar="RUN_OR_MODEL", show_default=False),
+        split: str = _opt("split", "--split"), data: Optional[str] = _opt("data", "--data"),
+        text_col: Optional[list[str]] = typer.Option(None, "--text-col", help=_help("text_col"), show_default=False),
+        label_col: Optional[str] = _opt("label_col", "--label-col"), labels: Optional[str] = _opt("labels", "--labels"),
+        kind: Optional[str] = _opt("kind", "--kind"), mode: Optional[str] = _opt("mode", "--mode"),
+        rubric: Optional[Path] = _opt("rubric", "--rubric"), split_seed: int = _opt("split_seed", "--split-seed"),
+        splits: Optional[Path] = _opt("splits", "--splits"), method: Optional[str] = _opt("method", "--method"),
+        out: Optional[Path] = _opt("out", "--out"), json_path: Optional[Path] = _opt("json_path", "--json"),
+        allow_repeat_holdout: bool = _opt("allow_repeat_holdout", "--allow-repeat-holdout"),
+        limit: Optional[int] = _opt("limit", "--limit"), n_boot: int = _opt("n_boot", "--n-boot"),
+        seed: int = _opt("seed", "--seed"), batch_size: int = _opt("batch_size", "--batch-size"),
+        max_new_tokens: Optional[int] = _opt("max_new_tokens", "--max-new-tokens"),
+    ) -> None:
+        values = dict(locals())
+        values["text_col"] = values["text_col"] or []
+        try:
+            cfg = EvalConfig(**values)
+        except ValidationError as exc:
+            fail(format_validation_error(exc))
+        _guard(run_eval, cfg)
+
+    @app.command("sweep", help="Sweep a scored model's threshold: ROC, threshold for a target recall, best balanced accuracy, and whether other models' operating points are just thresholds on it.")
+    def sweep_command(
+        predictions: Path = typer.Argument(..., help="Predictions of a scored model (.parquet/.csv with score or score_<label>).", show_default=False),
+        positive_label: Optional[str] = typer.Option(None, "--positive-label", help="The positive label [default: the predictions' positive label].", show_default=False),
+        target_recall: float = typer.Option(0.9, "--target-recall", help="Report the largest threshold whose recall is at least this."),
+        compare: Optional[list[Path]] = typer.Option(None, "--compare", help="Predictions of another model on the same ids (repeatable).", show_default=False),
+        tolerance: float = typer.Option(0.01, "--tolerance", help="Largest metric difference that still counts as reproduced."),
+        json_path: Optional[Path] = typer.Option(None, "--json", help="Write the sweep to this JSON file (and the ROC plot beside it).", show_default=False),
+        plot: Optional[Path] = typer.Option(None, "--plot", help="ROC plot PNG [default: beside --json].", show_default=False),
+    ) -> None:
+        _guard(run_sweep, predictions, compare or [], positive_label, target_recall, tolerance, json_path, plot)
+
+    @app.command("route", help="Route between two models: oracle upper bound, confidence cascade over bands of A's confidence, and where they disagree.")
+    def route_command(
+        a: Path = typer.Argument(..., help="Predictions of model A (scored: its confidence drives the cascade).", metavar="A_PREDICTIONS", show_default=False),
+        b: Path = typer.Argument(..., help="Predictions of model B (hard predictions suffice).", metavar="B_PREDICTIONS", show_default=False),
+        audit: Optional[Path] = typer.Option(None, "--audit", help="`labelrl audit --json` report: break disagreements down by label ambiguity.", show_default=False),
+        steps: int = typer.Option(10, "--steps", min=1, help="Cascade grid: this many equal steps of confidence from 1/K to 1."),
+        json_path: Optional[Path] = typer.Option(None, "--json", help="Write the result to this JSON file (and the trade-off plot beside it).", show_default=False),
+        plot: Optional[Path] = typer.Option(None, "--plot", help="Cascade trade-off PNG [default: beside --json].", show_default=False),
+    ) -> None:
+        _guard(run_route, a, b, audit, steps, json_path, plot)
+
+    @app.command("ledger", help="List the evaluations recorded beside the splits (repeats marked) and the val → holdout drop per model.")
+    def ledger_command(
+        dirs: list[Path] = typer.Argument(..., help="Run (or splits) directories whose ledger.jsonl to read.", metavar="RUN_DIR...", show_default=False),
+        json_path: Optional[Path] = typer.Option(None, "--json", help="Write the records and the drop table to this JSON file.", show_default=False),
+    ) -> None:
+        _guard(run_ledger, dirs, json_path)

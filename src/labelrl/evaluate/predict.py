@@ -1,0 +1,316 @@
+"""Run a model over one split of its data and return a predictions table.
+
+Two methods:
+
+* ``scores`` (direct models): label-token scoring (``labelrl.evaluate.score.score_labels``),
+  one forward pass per batch, no generation. The prediction is the most probable label and
+  every row parses (``parse_status`` "ok").
+* ``generate`` (reasoning models, or direct ones when asked): greedy decoding (temperature
+  0) with the shared-prompt sampler, parsed by the strict parser in the run's answer mode.
+  An unparseable output has prediction null and its ``ParseStatus`` value; metrics count it
+  as wrong.
+
+A run directory (``RUN_DIR`` with ``model/`` and ``splits.json``) stands for its saved model;
+its data options come from ``RUN_DIR/sft_config.yaml`` or ``rl_config.yaml`` (the newer)
+unless others are given, and its ``splits.json`` defines val and holdout. A bare model (a
+built-in name or a model directory) needs data options and a splits directory.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from labelrl.data import load_dataset
+from labelrl.data.prompts import ANSWER_PREFIX, ANSWER_SUFFIX, render_messages, render_prompt
+from labelrl.data.split import SPLIT_NAMES, SPLITS_FILE, load_or_make_splits, load_splits, select, splits_fingerprint
+from labelrl.evaluate.io import Predictions, predictions_table
+from labelrl.train.config import DataOptions
+from labelrl.train.setup import resolve_model_spec
+from labelrl.types import Dataset, Example, LabelSpace
+
+METHODS = ("scores", "generate")
+RUN_CONFIG_FILES = ("sft_config.yaml", "rl_config.yaml")
+REASONING_MAX_NEW_TOKENS = 256
+
+
+@dataclass
+class EvalData:
+    """The examples of one split, with what is needed to prompt for them and to cite them."""
+
+    examples: list[Example]
+    labels: LabelSpace
+    options: DataOptions
+    rubric: str | None
+    split: str
+    splits_dir: Path
+    split_fingerprint: str
+    label_col: str | None
+
+
+@dataclass
+class EvalSetup:
+    """A loaded model and the data it is evaluated on."""
+
+    model_spec: str
+    model: object
+    tokenizer: object
+    model_fingerprint: str
+    data: EvalData
+
+
+def is_run_dir(path: str | Path) -> bool:
+    path = Path(path)
+    return path.is_dir() and ((path / "model").is_dir() or (path / SPLITS_FILE).is_file())
+
+
+def _has_run_config(path: Path) -> bool:
+    return any((path / name).is_file() for name in RUN_CONFIG_FILES)
+
+
+def run_data_options(run_dir: str | Path) -> DataOptions:
+    """The data options a run was trained with (the newer of its sft/rl config files)."""
+    found = [Path(run_dir) / name for name in RUN_CONFIG_FILES if (Path(run_dir) / name).is_file()]
+    if not found:
+        raise ValueError(f"{run_dir}: no {' or '.join(RUN_CONFIG_FILES)}, so its data is unknown; pass --data (and its column options)")
+    path = max(found, key=lambda p: p.stat().st_mtime)
+    config = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    return DataOptions(**{k: v for k, v in config.items() if k in DataOptions.model_fields})
+
+
+def _read_rubric(options: DataOptions) -> str | None:
+    if options.rubric is None:
+        return None
+    if not Path(options.rubric).is_file():
+        raise ValueError(f"--rubric {options.rubric}: no such file; give the path of the rubric markdown the model was trained with")
+    return Path(options.rubric).read_text(encoding="utf-8")
+
+
+def _load(options: DataOptions, label_col: str | None, labels: LabelSpace | None = None) -> Dataset:
+    return load_dataset(
+        options.data, text_cols=options.text_col, label_col=label_col,
+        labels=list(labels.labels) if labels else options.label_list(),
+        kind=labels.kind if labels else options.kind,
+        positive=labels.positive if labels else None, on_bad_row=options.on_bad_row,
+    )
+
+
+def _relabel(examples: list[Example], key: Dataset, label_col: str) -> list[Example]:
+    """The same examples with their label read from ``label_col`` (texts must match)."""
+    by_id = {ex.id: ex for ex in key.examples}
+    out = []
+    for ex in examples:
+        other = by_id.get(ex.id)
+        if other is None or other.text != ex.text:
+            raise ValueError(f"--label-col {label_col}: example {ex.id!r} has no usable label there (or its text differs); fix that column or choose another")
+        out.append(dataclasses.replace(ex, label=other.label))
+    return out
+
+
+def load_eval_data(
+    options: DataOptions, splits_dir: str | Path, split: str, *, label_col: str | None = None, limit: int | None = None
+) -> EvalData:
+    """The examples of ``split``, checked against ``splits_dir/splits.json`` (made when absent).
+
+    The dataset must be the one the splits were made from (same fingerprint). With
+    ``label_col``, that column is the answer key instead of the training label column.
+    """
+    if split not in SPLIT_NAMES[1:]:
+        raise ValueError(f"split {split!r}: evaluate on 'val' or 'holdout' (train is what the model learned from)")
+    splits_dir = Path(splits_dir)
+    dataset = _load(options, options.label_col)
+    if (splits_dir / SPLITS_FILE).is_file():
+        splits = load_splits(splits_dir)
+        if splits_fingerprint(dataset, splits.seed, splits.ratios) != splits.fingerprint:
+            raise ValueError(
+                f"{splits_dir / SPLITS_FILE}: made from other data than {options.data!r} with these columns "
+                "(dataset fingerprints differ); evaluate with the data options the splits were made with"
+            )
+    else:
+        splits = load_or_make_splits(dataset, splits_dir, seed=options.split_seed)
+    examples = select(dataset, splits, split)[:limit] if limit else select(dataset, splits, split)
+    if not examples:
+        raise ValueError(f"split {split!r} is empty in {splits_dir}; use more data or other split ratios")
+    if label_col is not None and label_col != options.label_col:
+        examples = _relabel(examples, _load(options, label_col, dataset.labels), label_col)
+    return EvalData(examples, dataset.labels, options, _read_rubric(options), split, splits_dir,
+                    splits.fingerprint, label_col)
+
+
+def prepare(
+    model_spec_or_run_dir: str,
+    data_options: DataOptions | None,
+    split: str,
+    *,
+    splits_dir: str | Path | None = None,
+    label_col: str | None = None,
+    limit: int | None = None,
+) -> EvalSetup:
+    """Load the data, then the model, and fingerprint the model (nothing is predicted yet).
+
+    ``splits_dir`` defaults to the run directory; ``data_options`` to the run's data config
+    (the model's run directory first, else ``splits_dir``'s).
+    """
+    from labelrl.models import load_model, model_fingerprint
+
+    run_dir = Path(model_spec_or_run_dir) if is_run_dir(model_spec_or_run_dir) else None
+    if splits_dir is None:
+        if run_dir is None:
+            raise ValueError(f"{model_spec_or_run_dir!r} is not a run directory: pass --splits DIR (a run directory, or where splits.json and the ledger should live)")
+        splits_dir = run_dir
+    if data_options is None:
+        config_dir = run_dir if run_dir is not None and _has_run_config(run_dir) else Path(splits_dir)
+        if not _has_run_config(config_dir):
+            raise ValueError(f"neither {model_spec_or_run_dir!r} nor {splits_dir} holds a run config ({' or '.join(RUN_CONFIG_FILES)}), so the data is unknown; pass --data")
+        data_options = run_data_options(config_dir)
+    if limit is not None and limit < 1:
+        raise ValueError(f"limit={limit}: evaluate at least 1 example; drop --limit to use the whole split")
+    data = load_eval_data(data_options, splits_dir, split, label_col=label_col, limit=limit)
+    spec = resolve_model_spec(str(model_spec_or_run_dir))
+    if run_dir is not None and spec == str(model_spec_or_run_dir):
+        raise ValueError(f"{run_dir}: this run directory holds no saved model (no {run_dir / 'model'}); wait for the run to finish or pass a model")
+    model, tokenizer = load_model(spec)
+    return EvalSetup(spec, model, tokenizer, model_fingerprint(model), data)
+
+
+def prompt_token_ids(tokenizer, data: EvalData) -> list[list[int]]:
+    out = []
+    for ex in data.examples:
+        messages = render_messages(ex, labels=data.labels, mode=data.options.mode, rubric=data.rubric)
+        out.append(tokenizer(render_prompt(tokenizer, messages), add_special_tokens=False)["input_ids"])
+    return out
+
+
+def _score(setup: EvalSetup, prompts: list[list[int]], batch_size: int) -> tuple[list, list, object]:
+    from labelrl.evaluate.score import score_labels
+
+    probs = score_labels(setup.model, setup.tokenizer, prompts, setup.data.labels, batch_size=batch_size).double().numpy()
+    names = setup.data.labels.labels
+    return [names[i] for i in probs.argmax(axis=1)], ["ok"] * len(prompts), probs
+
+
+def default_max_new_tokens(tokenizer, labels: LabelSpace, mode: str) -> int:
+    """Direct: the longest ``<answer>LABEL</answer>`` in tokens plus 8 spare; reasoning: 256."""
+    if mode == "reasoning":
+        return REASONING_MAX_NEW_TOKENS
+    longest = max(len(tokenizer(f"{ANSWER_PREFIX}{x}{ANSWER_SUFFIX}", add_special_tokens=False)["input_ids"]) for x in labels.labels)
+    return longest + 8
+
+
+def _generate(setup: EvalSetup, prompts: list[list[int]], batch_size: int, max_new_tokens: int | None) -> tuple[list, list, None]:
+    from labelrl.rewards import parse_answer
+    from labelrl.rollout import BACKENDS
+
+    sampler, tok, data = BACKENDS.get("labelrl"), setup.tokenizer, setup.data
+    cap = max_new_tokens or default_max_new_tokens(tok, data.labels, data.options.mode)
+    pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
+    preds, statuses = [], []
+    for start in range(0, len(prompts), batch_size):
+        batch = sampler(setup.model, prompts[start : start + batch_size], group_size=1, max_new_tokens=cap,
+                        eos_token_ids=tok.eos_token_id, pad_token_id=pad, temperature=0.0)
+        for ids, truncated in zip(batch.completion_ids, batch.truncated):
+            text = tok.decode(ids, skip_special_tokens=True)
+            parsed = parse_answer(text, reasoning=data.options.mode == "reasoning", labels=data.labels, truncated=truncated)
+            preds.append(parsed.answer)
+            statuses.append(parsed.status.value)
+    return preds, statuses, None
+
+
+def run_predictions(
+    setup: EvalSetup, *, method: str | None = None, batch_size: int = 16, max_new_tokens: int | None = None
+) -> Predictions:
+    """Predict every example of ``setup.data``; ``method`` None means scores for direct
+    models and generate for reasoning ones."""
+    mode = setup.data.options.mode
+    method = method or ("scores" if mode == "direct" else "generate")
+    if method not in METHODS:
+        raise ValueError(f"method={method!r}: choose 'scores' (label-token probabilities) or 'generate' (greedy decoding)")
+    if method == "scores" and mode == "reasoning":
+        raise ValueError("method='scores' reads the label right after the prompt, but this model reasons first (mode 'reasoning'); use --method generate")
+    if batch_size < 1:
+        raise ValueError(f"batch_size={batch_size}: need at least 1 prompt per batch")
+    started = time.perf_counter()
+    prompts = prompt_token_ids(setup.tokenizer, setup.data)
+    if method == "scores":
+        preds, statuses, probs = _score(setup, prompts, batch_size)
+    else:
+        preds, statuses, probs = _generate(setup, prompts, batch_size, max_new_tokens)
+    data = setup.data
+    table = predictions_table([ex.id for ex in data.examples], [ex.label for ex in data.examples],
+                              preds, statuses, data.labels, probs)
+    info = {
+        "model_spec": setup.model_spec, "model_fingerprint": setup.model_fingerprint, "method": method,
+        "mode": mode, "split": data.split, "split_fingerprint": data.split_fingerprint,
+        "splits_dir": str(data.splits_dir), "data": data.options.data, "label_col": data.label_col,
+        "n": len(data.examples), "seconds": round(time.perf_counter() - started, 3),
+    }
+    return Predictions(table, data.labels, info)
+
+
+def predict(
+    model_spec_or_run_dir: str,
+    data_options: DataOptions | None,
+    split: str,
+    *,
+    method: str | None = None,
+    label_col: str | None = None,
+    limit: int | None = None,
+    splits_dir: str | Path | None = None,
+    batch_size: int = 16,
+    max_new_tokens: int | None = None,
+) -> Predictions:
+    """``prepare`` then ``run_predictions``: the predictions table of one model on one split.
+
+    This does not consult the holdout ledger; ``labelrl eval`` (``run_eval``) does.
+    """
+    setup = prepare(model_spec_or_run_dir, data_options, split, splits_dir=splits_dir, label_col=label_col, limit=limit)
+    return run_predictions(setup, method=method, batch_size=batch_size, max_new_tokens=max_new_tokens)
+
+
+@dataclass
+class EvalResult:
+    """One evaluation: its predictions, metrics and ledger record."""
+
+    predictions: Predictions
+    metrics: dict
+    record: dict
+    repeat: bool
+
+
+def evaluate_split(
+    setup: EvalSetup,
+    *,
+    method: str | None = None,
+    allow_repeat_holdout: bool = False,
+    n_boot: int = 1000,
+    seed: int = 0,
+    batch_size: int = 16,
+    max_new_tokens: int | None = None,
+) -> EvalResult:
+    """Predict, score and record one evaluation, honouring the holdout ledger.
+
+    A holdout evaluation of a model already recorded on the same holdout is refused
+    (ValueError, before anything is predicted) unless ``allow_repeat_holdout``; then it is
+    recorded with ``repeat: true``. Every evaluation (val too) is appended to the ledger.
+    """
+    from labelrl.evaluate import ledger
+    from labelrl.evaluate.metrics import classification_metrics
+
+    data = setup.data
+    repeat = False
+    if data.split == ledger.HOLDOUT:
+        repeat = ledger.check_holdout(data.splits_dir, setup.model_fingerprint, data.split_fingerprint,
+                                      allow_repeat=allow_repeat_holdout)
+    pred = run_predictions(setup, method=method, batch_size=batch_size, max_new_tokens=max_new_tokens)
+    metrics = classification_metrics(pred.y_true, pred.y_pred, pred.labels, scores=pred.scores(), n_boot=n_boot, seed=seed)
+    extra = {k: pred.info[k] for k in ("method", "label_col", "data", "n")}
+    record = ledger.record_evaluation(
+        data.splits_dir, split=data.split, model_spec=setup.model_spec, model_fingerprint=setup.model_fingerprint,
+        split_fingerprint=data.split_fingerprint, metrics=metrics, repeat=repeat, extra=extra,
+    )
+    pred.info["repeat"] = repeat
+    return EvalResult(pred, metrics, record, repeat)

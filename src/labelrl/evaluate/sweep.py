@@ -1,0 +1,212 @@
+"""Threshold sweeps of a scored model, and whether another model's operating point is just
+a threshold on it.
+
+A model that predicts "positive" when P(positive) ≥ t traces the ROC curve as t moves. An
+RL run that reaches a higher recall than its SFT start at a similar balanced accuracy may
+only have moved along that curve; ``sweep`` checks this by finding the threshold on the
+scored model that comes closest to the other model's metrics.
+
+Conventions: a threshold t predicts positive for every row with score ≥ t. Candidate
+thresholds are the distinct scores. Everything is one-vs-rest on the positive label, so
+multi-class predictions work with ``score_<positive>``. For a hard-prediction model, an
+unparsed answer is wrong: it is a miss on a positive and not a correct rejection on a
+negative (as in ``labelrl.evaluate.metrics``). Compared metrics: accuracy, balanced
+accuracy, precision, recall and F1 of the positive label.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+from sklearn.metrics import roc_auc_score, roc_curve
+
+from labelrl.evaluate.io import Predictions, join_on_id
+from labelrl.types import canonical_label
+
+COMPARED_METRICS = ("accuracy", "balanced_accuracy", "precision", "recall", "f1")
+DEFAULT_TOLERANCE = 0.01
+
+
+def _ratio(num, den):
+    num, den = np.asarray(num, dtype=np.float64), np.asarray(den, dtype=np.float64)
+    return np.where(den > 0, num / np.where(den > 0, den, 1), 0.0)
+
+
+def metrics_from_counts(tp, fp, tn, n_pos: int, n_neg: int) -> dict[str, np.ndarray]:
+    """Positive-label metrics from confusion counts (arrays or scalars); FN = P − TP, and a
+    negative counts as correctly rejected only when its answer parsed (TN given)."""
+    tp, fp, tn = (np.asarray(x, dtype=np.float64) for x in (tp, fp, tn))
+    recall = _ratio(tp, n_pos)
+    specificity = _ratio(tn, n_neg)
+    return {
+        "accuracy": (tp + tn) / (n_pos + n_neg),
+        "balanced_accuracy": (recall + specificity) / 2,
+        "precision": _ratio(tp, tp + fp),
+        "recall": recall,
+        "f1": _ratio(2 * tp, 2 * tp + fp + (n_pos - tp)),
+        "fpr": _ratio(fp, n_neg),
+    }
+
+
+@dataclass(frozen=True)
+class ThresholdCurve:
+    """Confusion counts at each distinct score, thresholds from highest to lowest."""
+
+    thresholds: np.ndarray  # [U] descending
+    tp: np.ndarray  # [U] positives with score ≥ threshold
+    fp: np.ndarray  # [U] negatives with score ≥ threshold
+    n_pos: int
+    n_neg: int
+
+    def metrics(self) -> dict[str, np.ndarray]:
+        return metrics_from_counts(self.tp, self.fp, self.n_neg - self.fp, self.n_pos, self.n_neg)
+
+    def at(self, i: int) -> dict[str, float]:
+        out = {name: float(v[i]) for name, v in self.metrics().items()}
+        out["threshold"] = float(self.thresholds[i])
+        out["predicted_positive_share"] = float((self.tp[i] + self.fp[i]) / (self.n_pos + self.n_neg))
+        return out
+
+
+def threshold_curve(is_pos: np.ndarray, score: np.ndarray) -> ThresholdCurve:
+    is_pos = np.asarray(is_pos, dtype=bool)
+    n_pos, n_neg = int(is_pos.sum()), int((~is_pos).sum())
+    if n_pos == 0 or n_neg == 0:
+        raise ValueError(f"{n_pos} positive and {n_neg} negative rows: a threshold sweep needs both; check --positive-label and the split")
+    order = np.argsort(-np.asarray(score, dtype=np.float64), kind="stable")
+    s = np.asarray(score, dtype=np.float64)[order]
+    last = np.r_[s[1:] != s[:-1], True]  # last row of each run of equal scores
+    tp, fp = np.cumsum(is_pos[order])[last], np.cumsum(~is_pos[order])[last]
+    return ThresholdCurve(s[last], tp, fp, n_pos, n_neg)
+
+
+def threshold_for_recall(curve: ThresholdCurve, target: float) -> int:
+    """Index of the largest threshold whose recall is ≥ ``target``.
+
+    Exact on integers: recall ≥ R ⇔ TP ≥ ⌈R·P⌉ (a 1e-9 slack absorbs R·P landing a rounding
+    error above an integer), and TP only grows as the threshold falls.
+    """
+    if not 0 < target <= 1:
+        raise ValueError(f"target recall {target}: must lie in (0, 1]; e.g. --target-recall 0.9")
+    need = math.ceil(target * curve.n_pos - 1e-9)
+    return int(np.argmax(curve.tp >= need))
+
+
+def best_balanced_accuracy(curve: ThresholdCurve) -> int:
+    """Index of the threshold with the highest balanced accuracy (ties: the largest threshold)."""
+    return int(np.argmax(curve.metrics()["balanced_accuracy"]))
+
+
+def hard_metrics(true_pos: np.ndarray, pred_pos: np.ndarray, parsed: np.ndarray) -> dict[str, float]:
+    """Positive-label metrics of hard predictions (see the module docstring for unparsed rows)."""
+    true_pos, pred_pos, parsed = (np.asarray(x, dtype=bool) for x in (true_pos, pred_pos, parsed))
+    tp = int((true_pos & pred_pos).sum())
+    fp = int((~true_pos & pred_pos).sum())
+    tn = int((~true_pos & ~pred_pos & parsed).sum())
+    return {k: float(v) for k, v in metrics_from_counts(tp, fp, tn, int(true_pos.sum()), int((~true_pos).sum())).items()}
+
+
+def positive_scores(pred: Predictions, positive_label: str | None) -> tuple[str, np.ndarray]:
+    """The positive label and its probability per row [N]."""
+    scores = pred.scores()
+    if scores is None:
+        raise ValueError(f"{pred.info.get('source', 'the predictions')}: no score column; a sweep needs a scored model (labelrl eval --method scores)")
+    if positive_label is None:
+        if pred.labels.kind != "binary":
+            raise ValueError(f"the labels {list(pred.labels.labels)} are not binary: name the positive one with --positive-label")
+        positive_label = pred.labels.positive_label
+    label = pred.labels.normalise(positive_label)
+    if label is None:
+        raise ValueError(f"--positive-label {positive_label!r} is not one of the labels {list(pred.labels.labels)}")
+    return label, scores[:, pred.labels.index(label)]
+
+
+def _binary_view(pred: Predictions, rows: list[int], positive: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    want = canonical_label(positive)
+    true_pos = np.array([canonical_label(pred.y_true[r]) == want for r in rows])
+    answers = [pred.y_pred[r] for r in rows]
+    return true_pos, np.array([a is not None and canonical_label(a) == want for a in answers]), np.array([a is not None for a in answers])
+
+
+def compare_operating_point(
+    scored: Predictions, other: Predictions, positive: str, score: np.ndarray, *, tolerance: float = DEFAULT_TOLERANCE
+) -> dict:
+    """Is ``other``'s operating point a threshold on ``scored``?
+
+    On the ids both hold, every threshold of the scored model is tried; the one minimising
+    the largest absolute difference over ``COMPARED_METRICS`` is reported, with both sets of
+    metrics, the differences, and the verdict (reproduced when that largest difference is ≤
+    ``tolerance``). The threshold matching the other model's recall (the largest whose recall
+    is ≥ it) is reported too.
+    """
+    rows_s, rows_o = join_on_id(scored, other, f"{scored.info.get('source', 'scored')} and {other.info.get('source', 'compared')}")
+    true_pos, _, _ = _binary_view(scored, rows_s, positive)
+    curve = threshold_curve(true_pos, score[rows_s])
+    _, pred_pos, parsed = _binary_view(other, rows_o, positive)
+    theirs = hard_metrics(true_pos, pred_pos, parsed)
+    table = curve.metrics()
+    gaps = np.max([np.abs(table[m] - theirs[m]) for m in COMPARED_METRICS], axis=0)
+    best = int(np.argmin(gaps))
+    ours = curve.at(best)
+    diffs = {m: ours[m] - theirs[m] for m in COMPARED_METRICS}
+    worst = max(diffs, key=lambda m: abs(diffs[m]))
+    by_recall = threshold_for_recall(curve, theirs["recall"]) if theirs["recall"] > 0 else 0
+    reproduced = bool(gaps[best] <= tolerance + 1e-12)
+    return {
+        "source": other.info.get("source"), "n_joined": len(rows_s),
+        "compared_metrics": theirs, "threshold": ours["threshold"], "scored_metrics": ours,
+        "differences": diffs, "max_metric_difference": float(gaps[best]), "reproduced": reproduced,
+        "verdict": f"reproduced within {tolerance:g}" if reproduced else
+        f"not reproduced within {tolerance:g}: {worst} differs by {diffs[worst]:+.3f} at the closest threshold",
+        "recall_matched_threshold": float(curve.thresholds[by_recall]),
+        "recall_matched_metrics": curve.at(by_recall),
+        "recall_matched_max_difference": float(gaps[by_recall]),
+    }
+
+
+def _finite(values: np.ndarray) -> list[float | None]:
+    return [float(v) if np.isfinite(v) else None for v in values]
+
+
+def sweep(
+    scored: Predictions,
+    *,
+    positive_label: str | None = None,
+    target_recall: float | None = 0.9,
+    compare: list[Predictions] = (),
+    tolerance: float = DEFAULT_TOLERANCE,
+) -> dict:
+    """ROC curve, the threshold for a target recall, the best-balanced-accuracy threshold,
+    and the operating-point comparison for each of ``compare`` (see module docstring)."""
+    positive, score = positive_scores(scored, positive_label)
+    true_pos, _, _ = _binary_view(scored, list(range(scored.n)), positive)
+    curve = threshold_curve(true_pos, score)
+    fpr, tpr, thresholds = roc_curve(true_pos, score)
+    best = best_balanced_accuracy(curve)
+    out = {
+        "source": scored.info.get("source"), "positive_label": positive, "n": scored.n,
+        "n_positive": curve.n_pos, "n_negative": curve.n_neg,
+        "roc_auc": float(roc_auc_score(true_pos, score)),
+        "roc_curve": {"fpr": _finite(fpr), "tpr": _finite(tpr), "thresholds": _finite(thresholds)},
+        "best_balanced_accuracy_threshold": float(curve.thresholds[best]),
+        "best_balanced_accuracy": float(curve.metrics()["balanced_accuracy"][best]),
+        "metrics_at_best_balanced_accuracy": curve.at(best),
+        "target_recall": target_recall, "threshold_at_target_recall": None, "metrics_at_target_recall": None,
+    }
+    points = [{"name": "best balanced accuracy", "fpr": out["metrics_at_best_balanced_accuracy"]["fpr"],
+               "tpr": out["metrics_at_best_balanced_accuracy"]["recall"]}]
+    if target_recall is not None:
+        i = threshold_for_recall(curve, target_recall)
+        out["threshold_at_target_recall"] = float(curve.thresholds[i])
+        out["metrics_at_target_recall"] = curve.at(i)
+        points.append({"name": f"recall ≥ {target_recall:g}", "fpr": curve.at(i)["fpr"], "tpr": curve.at(i)["recall"]})
+    out["compared"] = []
+    for other in compare:
+        result = compare_operating_point(scored, other, positive, score, tolerance=tolerance)
+        out["compared"].append(result)
+        points.append({"name": str(result["source"]), "fpr": result["compared_metrics"]["fpr"],
+                       "tpr": result["compared_metrics"]["recall"], "reproduced": result["reproduced"]})
+    out["operating_points"] = points
+    return out

@@ -1,0 +1,147 @@
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import typer
+import yaml
+from typer.testing import CliRunner
+
+from labelrl.cli.evaluate import register
+from labelrl.evaluate.io import Predictions, predictions_table, read_predictions, write_predictions
+from labelrl.types import LabelSpace
+
+runner = CliRunner(env={"COLUMNS": "200"})
+SPACE = LabelSpace(("ham", "spam"), kind="binary")
+# The real `labelrl` app, with this module's commands added if main.py does not list them yet.
+ENTRY = ("from labelrl.cli import evaluate, main\n"
+         "if 'evaluate' not in main.COMMAND_MODULES: evaluate.register(main.app)\n"
+         "main.app()")
+
+
+@pytest.fixture(scope="module")
+def app():
+    app = typer.Typer(add_completion=False)
+    app.callback()(lambda: None)
+    register(app)
+    return app
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory):
+    """A run directory as `labelrl sft` leaves it: model/ (tiny-random), sft_config.yaml, data."""
+    from labelrl.models import load_model
+
+    root = tmp_path_factory.mktemp("evalrun")
+    rows = [{"text": (f"WIN a free prize {i} now" if i % 3 == 0 else f"lunch at {i} ok?"),
+             "label": "spam" if i % 3 == 0 else "ham"} for i in range(80)]
+    data = root / "data.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    run = root / "run"
+    model, tokenizer = load_model("tiny-random")
+    model.save_pretrained(run / "model")
+    tokenizer.save_pretrained(run / "model")
+    (run / "sft_config.yaml").write_text(yaml.safe_dump({"data": str(data), "mode": "direct", "split_seed": 0}))
+    return run
+
+
+def test_eval_twice_on_holdout_refuses_then_records_a_marked_repeat(app, run_dir, tmp_path):
+    out = tmp_path / "holdout.json"
+    first = runner.invoke(app, ["eval", str(run_dir), "--split", "holdout", "--n-boot", "50", "--json", str(out)])
+    assert first.exit_code == 0, first.output
+    assert "balanced accuracy" in first.stdout and "95% CI" in first.stdout and "Confusion matrix" in first.stdout
+    report = json.loads(out.read_text())
+    assert report["ledger"]["repeat"] is False and report["metrics"]["n"] == 8
+    assert (tmp_path / "holdout.reliability.png").is_file()
+    predictions = read_predictions(report["files"]["predictions"])
+    assert predictions.n == 8 and predictions.info["split"] == "holdout"
+
+    second = runner.invoke(app, ["eval", str(run_dir), "--split", "holdout", "--n-boot", "50"])
+    assert second.exit_code == 2
+    assert "touched twice stops being a holdout" in second.output and "--allow-repeat-holdout" in second.output
+
+    third = runner.invoke(app, ["eval", str(run_dir), "--split", "holdout", "--n-boot", "50", "--allow-repeat-holdout"])
+    assert third.exit_code == 0, third.output
+    assert "REPEAT holdout evaluation" in third.stdout
+    ledger = [json.loads(line) for line in (run_dir / "ledger.jsonl").read_text().splitlines()]
+    assert [(r["split"], r["repeat"]) for r in ledger] == [("holdout", False), ("holdout", True)]
+
+    val = runner.invoke(app, ["eval", str(run_dir), "--split", "val", "--n-boot", "0", "--out", str(tmp_path / "val.csv")])
+    assert val.exit_code == 0, val.output
+    listing = runner.invoke(app, ["ledger", str(run_dir), "--json", str(tmp_path / "ledger.json")])
+    assert listing.exit_code == 0, listing.output
+    assert "REPEAT" in listing.stdout and "Val → holdout" in listing.stdout
+    drops = json.loads((tmp_path / "ledger.json").read_text())["drops"]
+    assert len(drops) == 1 and drops[0]["val_source"] == "ledger"
+
+
+def test_eval_subprocess_smoke(run_dir, tmp_path):
+    out = tmp_path / "val.parquet"
+    env = dict(os.environ, HF_HUB_OFFLINE="1", COLUMNS="200")
+    result = subprocess.run([sys.executable, "-c", ENTRY, "eval", str(run_dir), "--split", "val", "--limit", "4",
+                             "--n-boot", "20", "--out", str(out)], capture_output=True, text=True, env=env, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert "val: 4 examples" in result.stdout
+    assert read_predictions(out).n == 4
+
+
+def test_eval_errors_are_one_line(app, tmp_path):
+    result = runner.invoke(app, ["eval", "tiny-random", "--split", "val"])
+    assert result.exit_code == 2 and "--splits DIR" in result.output
+    result = runner.invoke(app, ["eval", "tiny-random", "--labels", "a,b"])
+    assert result.exit_code == 2 and "only apply with --data" in result.output
+
+
+def write_pair(tmp_path, n=400):
+    rng = np.random.default_rng(0)
+    y = rng.random(n) < 0.35
+    score = 1 / (1 + np.exp(-(2.0 * y - 1 + rng.normal(0, 1, n))))
+    ids = [f"x{i}" for i in range(n)]
+    labels = ["spam" if v else "ham" for v in y]
+    scored = predictions_table(ids, labels, ["spam" if s >= 0.5 else "ham" for s in score], ["ok"] * n, SPACE,
+                               np.stack([1 - score, score], axis=1))
+    t = np.quantile(score, 0.55)
+    hard = predictions_table(ids, labels, ["spam" if s >= t else "ham" for s in score], ["ok"] * n, SPACE)
+    a = write_predictions(Predictions(scored, SPACE), tmp_path / "sft.parquet")
+    b = write_predictions(Predictions(hard, SPACE), tmp_path / "rl.csv")
+    return a, b, t
+
+
+def test_sweep_command_writes_json_and_roc_plot(app, tmp_path):
+    a, b, t = write_pair(tmp_path)
+    out = tmp_path / "sweep.json"
+    result = runner.invoke(app, ["sweep", str(a), "--target-recall", "0.8", "--compare", str(b), "--json", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "reproduced within 0.01" in result.stdout
+    report = json.loads(out.read_text())
+    for key in ("roc_auc", "threshold_at_target_recall", "metrics_at_target_recall",
+                "best_balanced_accuracy_threshold", "best_balanced_accuracy"):
+        assert report[key] is not None, key
+    assert report["metrics_at_target_recall"]["recall"] >= 0.8
+    assert report["compared"][0]["reproduced"] is True and report["compared"][0]["max_metric_difference"] < 1e-9
+    assert (tmp_path / "sweep.roc.png").is_file()
+
+
+def test_route_command_with_audit(app, tmp_path):
+    a, b, _ = write_pair(tmp_path)
+    audit = tmp_path / "audit.json"
+    audit.write_text(json.dumps({"conflicting_groups": [{"ids": ["x1", "x2", "x3"]}]}))
+    out, plot = tmp_path / "route.json", tmp_path / "cascade.png"
+    result = runner.invoke(app, ["route", str(a), str(b), "--audit", str(audit), "--json", str(out), "--plot", str(plot)])
+    assert result.exit_code == 0, result.output
+    assert "oracle" in result.stdout and "Cascade frontier" in result.stdout and "ambiguous" in result.stdout
+    report = json.loads(out.read_text())
+    assert report["oracle"]["balanced_accuracy"] >= max(report["a"]["balanced_accuracy"], report["b"]["balanced_accuracy"])
+    assert report["disagreement"]["by_ambiguity"][0]["n"] == 3
+    assert plot.is_file()
+
+
+def test_sweep_and_route_report_bad_files(app, tmp_path):
+    missing = tmp_path / "nope.parquet"
+    result = runner.invoke(app, ["sweep", str(missing)])
+    assert result.exit_code == 2 and "no such predictions file" in result.output
+    _, b, _ = write_pair(tmp_path)
+    result = runner.invoke(app, ["route", str(b), str(b)])
+    assert result.exit_code == 2 and "A must be a scored model" in result.output

@@ -1,0 +1,146 @@
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from sklearn.metrics import balanced_accuracy_score, roc_auc_score, roc_curve
+
+from labelrl.evaluate.io import Predictions, predictions_table
+from labelrl.evaluate.sweep import (
+    hard_metrics,
+    sweep,
+    threshold_curve,
+    threshold_for_recall,
+)
+from labelrl.types import LabelSpace
+
+SPACE = LabelSpace(("ham", "spam"), kind="binary")
+
+
+def scored(y_pos, score, name="scored"):
+    ids = [f"x{i}" for i in range(len(y_pos))]
+    labels = ["spam" if p else "ham" for p in y_pos]
+    probs = np.stack([1 - np.asarray(score), np.asarray(score)], axis=1)
+    preds = ["spam" if s >= 0.5 else "ham" for s in score]
+    table = predictions_table(ids, labels, preds, ["ok"] * len(ids), SPACE, probs)
+    return Predictions(table, SPACE, {"source": name})
+
+
+def hard(y_pos, pred_pos, name, unparsed=()):
+    ids = [f"x{i}" for i in range(len(y_pos))]
+    labels = ["spam" if p else "ham" for p in y_pos]
+    preds = [None if i in unparsed else ("spam" if p else "ham") for i, p in enumerate(pred_pos)]
+    status = ["no_answer" if p is None else "ok" for p in preds]
+    return Predictions(predictions_table(ids, labels, preds, status, SPACE), SPACE, {"source": name})
+
+
+def synthetic(n=2000, seed=0):
+    rng = np.random.default_rng(seed)
+    y = rng.random(n) < 0.3
+    score = 1 / (1 + np.exp(-(2.0 * y - 1 + rng.normal(0, 1, n))))
+    return y, score
+
+
+def test_threshold_for_target_recall_is_exact_on_constructed_scores():
+    # 10 positives scored 0.91 … 0.10 (step 0.09), 5 negatives at 0.95, 0.5, 0.3, 0.2, 0.05.
+    pos = np.round(np.linspace(0.91, 0.10, 10), 2)
+    neg = np.array([0.95, 0.5, 0.3, 0.2, 0.05])
+    y = np.r_[np.ones(10, bool), np.zeros(5, bool)]
+    curve = threshold_curve(y, np.r_[pos, neg])
+    # recall ≥ 0.7 needs 7 of 10 positives: the 7th highest positive score, 0.37.
+    i = threshold_for_recall(curve, 0.7)
+    assert curve.thresholds[i] == pytest.approx(0.37)
+    assert curve.at(i)["recall"] == pytest.approx(0.7)
+    # recall ≥ 0.71 needs 8: threshold 0.28; recall 1.0 needs all: the lowest positive, 0.10.
+    assert curve.thresholds[threshold_for_recall(curve, 0.71)] == pytest.approx(0.28)
+    assert curve.thresholds[threshold_for_recall(curve, 1.0)] == pytest.approx(0.10)
+    # At 0.37: FP = negatives ≥ 0.37 = {0.95, 0.5} → precision 7/9.
+    assert curve.at(i)["precision"] == pytest.approx(7 / 9)
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.tuples(st.booleans(), st.integers(0, 20)), min_size=2, max_size=60),
+       st.floats(0.01, 1.0))
+def test_threshold_for_recall_is_the_largest_reaching_the_target(rows, target):
+    y = np.array([r[0] for r in rows])
+    if y.all() or not y.any():
+        return
+    score = np.array([r[1] / 20 for r in rows])
+    curve = threshold_curve(y, score)
+    i = threshold_for_recall(curve, target)
+    t = curve.thresholds[i]
+    assert (score[y] >= t).mean() >= target - 1e-12
+    larger = score[score > t]
+    if len(larger):  # the next larger distinct score misses the target
+        assert (score[y] >= larger.min()).mean() < target
+
+
+def test_roc_and_best_balanced_accuracy_agree_with_sklearn():
+    y, score = synthetic(n=400)
+    out = sweep(scored(y, score), target_recall=0.9)
+    assert out["roc_auc"] == pytest.approx(roc_auc_score(y, score))
+    fpr, tpr, _ = roc_curve(y, score)
+    assert out["roc_curve"]["fpr"] == pytest.approx(list(fpr))
+    brute = max(balanced_accuracy_score(y, score >= t) for t in np.unique(score))
+    assert out["best_balanced_accuracy"] == pytest.approx(brute)
+    t = out["best_balanced_accuracy_threshold"]
+    assert balanced_accuracy_score(y, score >= t) == pytest.approx(brute)
+    m = out["metrics_at_target_recall"]
+    assert m["recall"] >= 0.9 and m["threshold"] == out["threshold_at_target_recall"]
+
+
+def test_hard_model_from_a_threshold_is_reproduced():
+    y, score = synthetic()
+    t = np.quantile(score, 0.6)
+    other = hard(y, score >= t, "rl")
+    out = sweep(scored(y, score), compare=[other])
+    result = out["compared"][0]
+    assert result["reproduced"] is True
+    assert result["max_metric_difference"] == pytest.approx(0.0, abs=1e-12)
+    assert result["threshold"] == pytest.approx(score[score >= t].min())
+    assert result["verdict"] == "reproduced within 0.01"
+
+
+def test_hard_model_with_information_beyond_the_scores_is_not_reproduced():
+    y, score = synthetic()
+    rng = np.random.default_rng(1)
+    pred = score >= np.quantile(score, 0.6)
+    wrong = np.flatnonzero(pred != y)
+    fixed = pred.copy()
+    fixed[rng.choice(wrong, size=len(wrong) // 4, replace=False)] ^= True  # knows some labels
+    flipped = pred ^ (rng.random(len(y)) < 0.15)  # flips independent of the score
+    out = sweep(scored(y, score), compare=[hard(y, fixed, "oracle-ish"), hard(y, flipped, "noisy")])
+    for result in out["compared"]:
+        assert result["reproduced"] is False, result["source"]
+        assert result["max_metric_difference"] > 0.01
+        assert result["verdict"].startswith("not reproduced within 0.01")
+
+
+def test_hard_metrics_count_unparsed_as_wrong_on_both_classes():
+    # y: P P N N; pred: P, unparsed, unparsed, N → TP 1, FN 1, TN 1 (the unparsed N is not a rejection)
+    y = np.array([True, True, False, False])
+    pred_pos = np.array([True, False, False, False])
+    parsed = np.array([True, False, False, True])
+    m = hard_metrics(y, pred_pos, parsed)
+    assert m["accuracy"] == pytest.approx(2 / 4)
+    assert m["recall"] == pytest.approx(1 / 2)
+    assert m["balanced_accuracy"] == pytest.approx((1 / 2 + 1 / 2) / 2)
+    assert m["precision"] == pytest.approx(1.0)
+
+
+def test_compare_joins_on_id_not_row_order():
+    y, score = synthetic(n=400)
+    other = hard(y, score >= 0.5, "rl")
+    reversed_other = other.take(list(range(other.n))[::-1])
+    result = sweep(scored(y, score), compare=[reversed_other])["compared"][0]
+    assert result["reproduced"] is True and result["n_joined"] == 400
+
+
+def test_sweep_errors_name_the_fix():
+    y, score = synthetic(n=50)
+    unscored = hard(y, score >= 0.5, "hard")
+    with pytest.raises(ValueError, match="--method scores"):
+        sweep(unscored)
+    with pytest.raises(ValueError, match=r"\(0, 1\]"):
+        sweep(scored(y, score), target_recall=1.5)
+    with pytest.raises(ValueError, match="not one of the labels"):
+        sweep(scored(y, score), positive_label="eggs")

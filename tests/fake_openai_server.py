@@ -1,0 +1,169 @@
+"""A small OpenAI-compatible chat-completions server for tests, on 127.0.0.1 and a free port.
+
+    with FakeOpenAIServer(answer=lambda body: "<answer>spam</answer><confidence>0.9</confidence>") as server:
+        server.url            # "http://127.0.0.1:PORT/v1"
+        ...
+        server.requests       # every request, in arrival order (RequestLog)
+
+Behaviour is set per call index (0-based, in arrival order): ``delays`` (seconds to wait
+before answering: a mapping index → seconds, or a function of the index and the request body), ``fail_calls`` (answer ``fail_status``), ``fail_after`` (every call from
+that index on fails: a server that dies mid-run), ``reply_body`` (send these bytes instead of
+a completion). A failing call still counts and is logged. The attributes may be changed
+while the server runs (e.g. ``server.fail_after = None`` brings a dead server back).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import socket
+import threading
+import time
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Callable, Mapping
+
+
+@dataclass(frozen=True)
+class RequestLog:
+    index: int
+    path: str
+    headers: dict[str, str]
+    body: dict
+    time: float  # arrival, time.monotonic()
+    status: int  # what the server answered; -1 while being served, 0 when the client hung up first
+
+    @property
+    def user_text(self) -> str:
+        return next(m["content"] for m in self.body["messages"] if m["role"] == "user")
+
+    @property
+    def system_text(self) -> str:
+        return next(m["content"] for m in self.body["messages"] if m["role"] == "system")
+
+
+Answer = Callable[[dict], str]
+
+
+def free_port() -> int:
+    """A port nothing listens on (bound, then released): connecting to it is refused."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class FakeOpenAIServer:
+    def __init__(
+        self,
+        answer: str | Answer = "<answer>ham</answer><confidence>0.9</confidence>",
+        *,
+        delays: Mapping[int, float] | Callable[[int, dict], float] | None = None,
+        fail_calls: set[int] | frozenset[int] = frozenset(),
+        fail_after: int | None = None,
+        fail_status: int = 503,
+        fail_body: str | Callable[[dict[str, str]], str] = '{"error": {"message": "unavailable"}}',
+        reply_body: bytes | None = None,
+    ) -> None:
+        self.answer = answer
+        self.delays = delays
+        self.fail_calls = frozenset(fail_calls)
+        self.fail_after = fail_after
+        self.fail_status = fail_status
+        self.fail_body = fail_body
+        self.reply_body = reply_body
+        self.requests: list[RequestLog] = []
+        self._lock = threading.Lock()
+        self._calls = 0
+        self._in_flight = 0
+        self.max_in_flight = 0  # the most requests the server held at once
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self._server.server_address[1]}/v1"
+
+    def start(self) -> "FakeOpenAIServer":
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+    def __enter__(self) -> "FakeOpenAIServer":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def answered(self) -> list[RequestLog]:
+        """Requests that got a 200 completion."""
+        with self._lock:
+            return [r for r in self.requests if r.status == 200]
+
+    def user_texts(self) -> list[str]:
+        with self._lock:
+            return [r.user_text for r in self.requests]
+
+    def _delay(self, index: int, body: dict) -> float:
+        if self.delays is None:
+            return 0.0
+        if callable(self.delays):
+            return float(self.delays(index, body))
+        return float(self.delays.get(index, 0.0))
+
+    def _respond(self, index: int, headers: dict[str, str], body: dict) -> tuple[int, bytes]:
+        failing = index in self.fail_calls or (self.fail_after is not None and index >= self.fail_after)
+        if failing:
+            text = self.fail_body(headers) if callable(self.fail_body) else self.fail_body
+            return self.fail_status, text.encode("utf-8")
+        if self.reply_body is not None:
+            return 200, self.reply_body
+        content = self.answer(body) if callable(self.answer) else self.answer
+        completion = {
+            "id": f"chatcmpl-{index}",
+            "object": "chat.completion",
+            "model": body.get("model"),
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}],
+        }
+        return 200, json.dumps(completion).encode("utf-8")
+
+    def _handler_class(self) -> type[BaseHTTPRequestHandler]:
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802 (http.server's naming)
+                length = int(self.headers.get("Content-Length", 0))
+                body = json.loads(self.rfile.read(length) or b"{}")
+                headers = dict(self.headers.items())
+                with fake._lock:
+                    index = fake._calls
+                    fake._calls += 1
+                    # Logged on arrival (status -1 until answered), so a request still being
+                    # served when the test looks is already in the log.
+                    fake.requests.append(RequestLog(index, self.path, headers, body, time.monotonic(), -1))
+                    fake._in_flight += 1
+                    fake.max_in_flight = max(fake.max_in_flight, fake._in_flight)
+                delay = fake._delay(index, body)
+                if delay:
+                    time.sleep(delay)
+                status, payload = fake._respond(index, headers, body)
+                with fake._lock:
+                    fake._in_flight -= 1
+                try:
+                    self.send_response(status)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(payload)))
+                    self.end_headers()
+                    self.wfile.write(payload)
+                except (BrokenPipeError, ConnectionResetError):
+                    status = 0  # the client timed out and left
+                with fake._lock:
+                    fake.requests[index] = dataclasses.replace(fake.requests[index], status=status)
+
+            def log_message(self, *args) -> None:  # keep test output clean
+                pass
+
+        return Handler
