@@ -145,7 +145,7 @@ def render(report: dict) -> None:
             f"{cell['labelrl']['model_flops'] / 1e9:.1f}", f"{cell['hf']['model_flops'] / 1e9:.1f}",
             "-" if same is None else ("yes" if same else "NO"),
         )
-    console = Console()
+    console = Console(width=max(Console().width, 120))
     console.print(table)
     console.print(f"fp32 2048×2048 matmul: {report['matmul_flops'] / 1e9:.1f} GFLOP/s "
                   f"(model FLOP/s = 2 × {report['params'] / 1e6:.1f}M params × new tokens/s)")

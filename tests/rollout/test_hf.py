@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import os
 
-import numpy as np
-import pytest
-import torch
-from scipy.stats import chisquare
-from transformers import LlamaConfig, LlamaForCausalLM
+os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing here may reach a model hub
 
-from labelrl.rollout import BACKENDS, completion_logprobs, generate_groups, sample_groups
-from labelrl.rollout.hf import _split_completions
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+import torch  # noqa: E402
+from scipy.stats import chisquare  # noqa: E402
+from transformers import LlamaConfig, LlamaForCausalLM  # noqa: E402
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
+from labelrl.rollout import BACKENDS, completion_logprobs, generate_groups, sample_groups  # noqa: E402
+from labelrl.rollout.hf import _split_completions  # noqa: E402
 
 PROMPTS = [[1, 5, 6, 7, 8, 9, 10], [1, 20, 21], [1, 30, 31, 32, 33]]
 

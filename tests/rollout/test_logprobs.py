@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import os
 
-import pytest
-import torch
-from transformers import LlamaConfig, LlamaForCausalLM
+os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing here may reach a model hub
 
-from labelrl.rollout import completion_logprobs, completion_logprobs_shared
+import pytest  # noqa: E402
+import torch  # noqa: E402
+from transformers import LlamaConfig, LlamaForCausalLM  # noqa: E402
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
+from labelrl.rollout import completion_logprobs, completion_logprobs_shared  # noqa: E402
 
 PROMPTS = [[1, 5, 6, 7, 8, 9, 10], [1, 20, 21], [1, 30, 31, 32, 33]]  # lengths 7, 3, 5
 G = 3

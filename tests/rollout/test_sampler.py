@@ -5,19 +5,19 @@ from __future__ import annotations
 
 import os
 
-import numpy as np
-import pytest
-import torch
-from scipy.stats import chisquare
-from transformers import LlamaConfig, LlamaForCausalLM
-from transformers.generation.logits_process import (
+os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing here may reach a model hub
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+import torch  # noqa: E402
+from scipy.stats import chisquare  # noqa: E402
+from transformers import LlamaConfig, LlamaForCausalLM  # noqa: E402
+from transformers.generation.logits_process import (  # noqa: E402
     TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper,
 )
 
-from labelrl.rollout import completion_logprobs, sample_groups
-from labelrl.rollout.sampler import left_pad, warp_logits
-
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
+from labelrl.rollout import completion_logprobs, sample_groups  # noqa: E402
+from labelrl.rollout.sampler import left_pad, warp_logits  # noqa: E402
 
 PROMPTS = [[1, 5, 6, 7, 8, 9, 10], [1, 20, 21], [1, 30, 31, 32, 33]]  # lengths 7, 3, 5
 

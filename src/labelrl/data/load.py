@@ -155,7 +155,7 @@ def load_dataset(
     The label set is ``labels`` (ordered, lowest grade first for ordinal; a comma-separated
     string is split) with ``kind`` and, for binary, ``positive``; else the built-in's; else
     inferred from the data (``schema.infer_labels``, ``schema.infer_kind``). Ids come from
-    ``id_col``, else the 1-based data row number. Bad rows raise (``on_bad_row="error"``) or
+    ``id_col``, else a column named ``id``, else the 1-based data row number. Bad rows raise (``on_bad_row="error"``) or
     are recorded in ``Dataset.skipped_rows`` (``"skip"``); see ``schema.build_examples``.
     """
     if isinstance(text_cols, str):

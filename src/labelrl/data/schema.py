@@ -113,7 +113,8 @@ def resolve_columns(
     id_col: str | None,
     defaults: ColumnSpec | None = None,
 ) -> ColumnSpec:
-    """Chosen columns, else the built-in's defaults, else columns named ``text`` / ``label``."""
+    """Chosen columns, else the built-in's defaults, else columns named ``text`` / ``label``
+    (and ``id`` for ids, when there is one; otherwise ids are row numbers)."""
     require_rows(table)
     available = ", ".join(table.columns) or "(none)"
 
@@ -138,7 +139,12 @@ def resolve_columns(
         label = "label"
     else:
         raise ValueError(f"{table.source}: no 'label' column; name it with --label-col (available columns: {available})")
-    ident = check(id_col, "--id-col") if id_col else (defaults.id_col if defaults else None)
+    if id_col:
+        ident = check(id_col, "--id-col")
+    elif defaults is not None:
+        ident = defaults.id_col
+    else:
+        ident = "id" if "id" in table.columns else None
     return ColumnSpec(text_cols=texts, label_col=label, id_col=ident)
 
 

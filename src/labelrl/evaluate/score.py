@@ -48,7 +48,9 @@ def _left_pad(seqs: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor,
 @torch.inference_mode()
 def _last_logprobs(model, seqs: Sequence[Sequence[int]], pad_id: int) -> torch.Tensor:
     ids, mask, positions = _left_pad(seqs, pad_id)
-    logits = model(input_ids=ids, attention_mask=mask, position_ids=positions).logits[:, -1, :]
+    # Only the last position's logits are needed: the full [B, L, V] tensor costs an extra
+    # vocabulary projection per prompt token and B·L·V floats of memory.
+    logits = model(input_ids=ids, attention_mask=mask, position_ids=positions, logits_to_keep=1).logits[:, -1, :]
     return torch.log_softmax(logits.float(), dim=-1)
 
 
@@ -56,9 +58,10 @@ def _last_logprobs(model, seqs: Sequence[Sequence[int]], pad_id: int) -> torch.T
 def _sequence_logprob(model, prefixes: Sequence[Sequence[int]], cont: Sequence[int], pad_id: int) -> torch.Tensor:
     seqs = [list(p) + list(cont) for p in prefixes]
     ids, mask, positions = _left_pad(seqs, pad_id)
-    logits = model(input_ids=ids, attention_mask=mask, position_ids=positions).logits.float()
     n = len(cont)
-    logp = torch.log_softmax(logits[:, -n - 1 : -1, :], dim=-1)
+    # The last n+1 positions predict the n continuation tokens (and one past them).
+    logits = model(input_ids=ids, attention_mask=mask, position_ids=positions, logits_to_keep=n + 1).logits.float()
+    logp = torch.log_softmax(logits[:, :-1, :], dim=-1)
     target = torch.tensor(cont, dtype=torch.long).expand(len(seqs), n)
     return logp.gather(-1, target.unsqueeze(-1)).squeeze(-1).sum(-1)
 
