@@ -104,8 +104,11 @@ def load_config(model: type[BaseModel], config_file: Path | None, overrides: dic
 def format_validation_error(error: ValidationError) -> str:
     lines = []
     for item in error.errors():
-        where = "--" + "-".join(str(p) for p in item["loc"]).replace("_", "-") if item["loc"] else "config"
         msg = item["msg"].removeprefix("Value error, ")
+        if not item["loc"]:  # a cross-field check: its message names the values itself
+            lines.append(msg)
+            continue
+        where = "--" + "-".join(str(p) for p in item["loc"]).replace("_", "-")
         value = item.get("input")
         shown = "" if isinstance(value, dict) else f" (got {value!r})"
         lines.append(f"{where}: {msg}{shown}")

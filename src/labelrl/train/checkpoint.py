@@ -106,7 +106,8 @@ def save_model(run_dir: Path, model, tokenizer, name: str = MODEL_DIR) -> Path:
     target = Path(run_dir) / name
 
     def fill(tmp: Path) -> None:
-        model.save_pretrained(str(tmp), safe_serialization=True)
+        extra = {"save_embedding_layers": False} if hasattr(model, "peft_config") else {}
+        model.save_pretrained(str(tmp), safe_serialization=True, **extra)
         tokenizer.save_pretrained(str(tmp))
 
     atomic_write_dir(target, fill)

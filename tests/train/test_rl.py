@@ -1,0 +1,139 @@
+"""The RL loop: resume equality, the skip rule, run files and their schemas, config checks."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pyarrow.parquet as pq
+import pytest
+import torch
+from pydantic import ValidationError
+from safetensors.torch import load_file
+
+from labelrl import metrics_keys as K
+from labelrl.advantages import compute_advantages
+from labelrl.fileio import read_jsonl
+from labelrl.rollout.log import ROLLOUT_SCHEMA, read_rollouts
+from labelrl.train import rl
+from labelrl.train.config import RLConfig
+
+# Keys whose values depend on wall time or memory, not on the computation.
+TIMING_KEYS = {K.STEP_SECONDS, K.TOKENS_PER_S, K.PEAK_MEMORY_MB}
+
+
+def _weights(run_dir):
+    files = sorted((run_dir / "model").glob("*.safetensors"))
+    assert files, f"no saved weights in {run_dir / 'model'}"
+    out = {}
+    for f in files:
+        out.update(load_file(str(f)))
+    return out
+
+
+def _deterministic(records):
+    return [{k: v for k, v in r.items() if k not in TIMING_KEYS} for r in records]
+
+
+def test_stopped_and_resumed_run_equals_an_uninterrupted_one(warm_model, toy_data, rl_config, tmp_path):
+    options = dict(steps=4, prompts_per_step=2, group_size=4, max_new_tokens=8, checkpoint_every=1)
+    rl.run_rl(rl_config(warm_model, toy_data, tmp_path / "straight", **options))
+    first = rl.run_rl(rl_config(warm_model, toy_data, tmp_path / "resumed", stop_after=2, **options))
+    assert first["steps_done"] == 2 and first["stopped_early"] and "model_dir" not in first
+    rl.run_rl(rl_config(warm_model, toy_data, tmp_path / "resumed", resume=True, **options))
+
+    straight, resumed = _weights(tmp_path / "straight"), _weights(tmp_path / "resumed")
+    assert straight.keys() == resumed.keys()
+    for name in straight:
+        assert torch.equal(straight[name], resumed[name]), name
+    a = _deterministic(read_jsonl(tmp_path / "straight" / "metrics.jsonl"))
+    b = _deterministic(read_jsonl(tmp_path / "resumed" / "metrics.jsonl"))
+    assert [r[K.STEP] for r in b] == [1, 2, 3, 4]
+    assert a == b
+    assert read_rollouts(tmp_path / "straight").equals(read_rollouts(tmp_path / "resumed"))
+
+
+def test_a_second_run_into_the_same_directory_is_refused(warm_model, toy_data, rl_config, tmp_path):
+    rl.run_rl(rl_config(warm_model, toy_data, tmp_path / "run", steps=1, prompts_per_step=1, group_size=2))
+    with pytest.raises(ValueError, match="already holds an RL run; pass --resume"):
+        rl.run_rl(rl_config(warm_model, toy_data, tmp_path / "run", steps=1, prompts_per_step=1, group_size=2))
+
+
+def test_resume_without_a_checkpoint_says_how_to_start(warm_model, toy_data, rl_config, tmp_path):
+    with pytest.raises(ValueError, match="has no checkpoint yet; run without --resume"):
+        rl.run_rl(rl_config(warm_model, toy_data, tmp_path / "fresh", resume=True))
+
+
+def _batch_with_one_uniform_group(run):
+    """A real sampled batch whose rewards are set to: group 0 mixed, group 1 uniform."""
+    batch = rl.sample_groups_for_step(run)
+    G = run.cfg.group_size
+    rewards = torch.tensor([1.0, 0.0] * (G // 2) + [1.0] * G, dtype=torch.float64)
+    batch.rewards = rewards
+    batch.advantages = compute_advantages(rewards, G, run.algo.estimator, **run.algo.estimator_options)
+    batch.informative = (batch.advantages.view(-1, G) != 0).any(dim=1)
+    return batch
+
+
+@pytest.mark.parametrize("preset", ["grpo", "dr_grpo", "dapo"])
+def test_skip_rule_saves_token_passes_and_changes_nothing(preset, warm_model, toy_data, rl_config, tmp_path):
+    runs, stats = {}, {}
+    for skip in (True, False):
+        cfg = rl_config(warm_model, toy_data, tmp_path / f"skip_{skip}", preset=preset, prompts_per_step=2,
+                        group_size=4, skip_uninformative=skip, dynamic_sampling=False)
+        runs[skip] = rl.start_run(cfg)
+    batch = _batch_with_one_uniform_group(runs[True])
+    assert batch.informative.tolist() == [True, False]
+    for skip, run in runs.items():
+        # dapo's preset turns on dynamic sampling, whose batch is by definition the
+        # informative groups only; here both runs train on the same sampled batch.
+        run.algo = dataclasses.replace(run.algo, dynamic_sampling=False)
+        stats[skip] = rl.update_policy(run, batch)
+    # the uniform group costs nothing with the skip rule, G×(prompt+completion) without it
+    assert stats[True][K.SKIPPED] == 1 and stats[False][K.SKIPPED] == 0
+    assert stats[True]["train/token_passes"] < stats[False]["train/token_passes"]
+    assert stats[True][K.TOKEN_PASSES_SAVED] > stats[False][K.TOKEN_PASSES_SAVED]
+    assert stats[True][K.LOSS] == pytest.approx(stats[False][K.LOSS], abs=1e-6)
+    skipped_params = dict(runs[True].model.named_parameters())
+    for name, param in runs[False].model.named_parameters():
+        torch.testing.assert_close(param, skipped_params[name], rtol=1e-5, atol=1e-6)
+
+
+def test_run_files_follow_their_documented_schemas(warm_model, toy_data, rl_config, tmp_path):
+    out = tmp_path / "run"
+    rl.run_rl(rl_config(warm_model, toy_data, out, steps=2, prompts_per_step=2, group_size=4,
+                        preset="corpo", threshold=0.5))
+    parts = sorted((out / "rollouts").glob("step_*.parquet"))
+    assert [p.name for p in parts] == ["step_000001.parquet", "step_000002.parquet"]
+    for part in parts:
+        assert pq.read_schema(part).remove_metadata() == ROLLOUT_SCHEMA
+    table = read_rollouts(out)
+    assert table.num_rows == 2 * 2 * 4
+    assert set(table.column("sample_index").to_pylist()) == {0, 1, 2, 3}
+    required = {K.STEP, K.REWARD_MEAN, K.LENGTH_MEAN, K.TRUNCATED_FRAC, K.THINK_CLOSED_FRAC, K.UNIFORM_FRAC,
+                K.FAILED_POSITIVE_FRAC, K.REWARD_STD, K.ACCURACY, K.LENGTH_P50, K.LENGTH_P90, K.LENGTH_MAX,
+                K.PARSE_FAIL_FRAC, K.CORPO_CORRECTNESS_REGIME, K.CORPO_PREFERENCE_REGIME, K.LOSS, K.GRAD_NORM,
+                K.LEARNING_RATE, K.TOKENS_PER_S, K.STEP_SECONDS, K.PEAK_MEMORY_MB, K.SKIPPED,
+                K.per_label(K.LABEL_SHARE_INFORMATIVE, "yes"), K.per_label(K.LABEL_SHARE_DATA, "no")}
+    records = read_jsonl(out / "metrics.jsonl")
+    assert [r[K.STEP] for r in records] == [1, 2]
+    for record in records:
+        assert required <= record.keys()
+        assert all(isinstance(v, (int, float)) for v in record.values())
+    # advantages logged are the ones CoRPO computes from the logged rewards
+    rewards = torch.tensor(table.column("reward").to_pylist(), dtype=torch.float64)
+    expected = compute_advantages(rewards[:8], 4, "corpo", threshold=0.5)
+    assert table.column("advantage").to_pylist()[:8] == pytest.approx(expected.tolist())
+    assert (out / "model").is_dir() and (out / "rl_summary.json").is_file()
+
+
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        (dict(group_size=1), "group_size=1: group-relative RL needs at least 2 completions per prompt; set --group-size 2 or more"),
+        (dict(preset="corpo"), "preset corpo needs its correctness threshold: pass --threshold"),
+        (dict(bogus=1), "Extra inputs are not permitted"),
+    ],
+)
+def test_config_errors_name_the_value_the_rule_and_the_fix(options, message, tmp_path):
+    with pytest.raises(ValidationError, match=message):
+        RLConfig(data="sms-spam", out=tmp_path, **options)

@@ -1,0 +1,67 @@
+"""Direct SFT: loss on assistant tokens only, best-on-val selection, saved and merged models."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from labelrl import metrics_keys as K
+from labelrl.fileio import read_jsonl
+from labelrl.models import load_model
+from labelrl.train.config import SFTConfig
+from labelrl.train.sft import SFTItem, run_sft, sft_loss
+
+
+def test_sft_loss_covers_only_the_assistant_tokens():
+    model, tok = load_model("tiny-random")
+    pad = tok.pad_token_id
+    a = SFTItem(input_ids=[5, 6, 7, 8, 9], n_prompt=3)
+    b = SFTItem(input_ids=[11, 8, 9], n_prompt=1)
+    # Changing a prompt token's target cannot matter, but the loss must equal the mean CE of
+    # the 2 + 2 assistant tokens computed one sequence at a time.
+    expected = []
+    for item in (a, b):
+        ids = torch.tensor([item.input_ids])
+        logits = model(input_ids=ids).logits[0, :-1].float()
+        ce = torch.nn.functional.cross_entropy(logits, ids[0, 1:], reduction="none")
+        expected.append(ce[item.n_prompt - 1 :])
+    loss = sft_loss(model, [a, b], pad)
+    torch.testing.assert_close(loss, torch.cat(expected).mean(), rtol=1e-5, atol=1e-5)
+
+
+def test_sft_learns_the_task_and_keeps_the_best_model(toy_data, tmp_path):
+    cfg = SFTConfig(model="tiny-random", data=str(toy_data), out=tmp_path / "sft", lora=False, learning_rate=3e-3,
+                    max_steps=150, batch_size=8, eval_every=50, quiet=True)
+    summary = run_sft(cfg)
+    records = read_jsonl(tmp_path / "sft" / "sft_metrics.jsonl")
+    assert [r[K.STEP] for r in records] == list(range(1, 151))
+    evals = [r for r in records if K.EVAL_BALANCED_ACCURACY in r]
+    assert [r[K.STEP] for r in evals] == [50, 100, 150]
+    assert records[-1][K.LOSS] < records[0][K.LOSS] / 4
+    best = max(r[K.EVAL_BALANCED_ACCURACY] for r in evals)
+    assert summary["best"][K.EVAL_BALANCED_ACCURACY] == best
+    assert best >= 0.9
+    model, _ = load_model(tmp_path / "sft" / "model")
+    assert sum(p.numel() for p in model.parameters()) > 1_000_000
+
+
+def test_lora_sft_saves_an_adapter_and_merged_weights(toy_data, tmp_path):
+    cfg = SFTConfig(model="tiny-random", data=str(toy_data), out=tmp_path / "lora", max_steps=3, batch_size=4,
+                    eval_every=3, eval_limit=8, merge=True, quiet=True)
+    summary = run_sft(cfg)
+    adapter = tmp_path / "lora" / "model"
+    config = json.loads((adapter / "adapter_config.json").read_text())
+    assert config["base_model_name_or_path"] == "tiny-random" and config["r"] == 16 and config["lora_alpha"] == 32
+    peft_model, tok = load_model(adapter)
+    merged, _ = load_model(summary["merged_dir"])
+    ids = torch.tensor([tok("<answer>yes</answer>", add_special_tokens=False)["input_ids"]])
+    with torch.no_grad():
+        torch.testing.assert_close(peft_model(input_ids=ids).logits, merged(input_ids=ids).logits, rtol=1e-4, atol=1e-4)
+    assert not (tmp_path / "lora" / "merged" / "adapter_config.json").exists()
+
+
+def test_reasoning_mode_needs_traces(tmp_path):
+    with pytest.raises(ValueError, match="pass --traces"):
+        SFTConfig(data="sms-spam", out=tmp_path, mode="reasoning")
