@@ -125,7 +125,14 @@ def test_sweep_command_writes_json_and_roc_plot(app, tmp_path):
 
 
 def test_route_command_with_audit(app, tmp_path):
-    a, b, _ = write_pair(tmp_path)
+    a, _, _ = write_pair(tmp_path)
+    scored = read_predictions(a)
+    # B is right on most of the items A is unsure about (confidence < 0.7), and wrong elsewhere.
+    unsure = scored.scores().max(axis=1) < 0.7
+    flip = {"ham": "spam", "spam": "ham"}
+    preds = [t if u == (i % 5 != 0) else flip[t] for i, (t, u) in enumerate(zip(scored.y_true, unsure))]
+    table = predictions_table(scored.ids, scored.y_true, preds, ["ok"] * scored.n, SPACE)
+    b = write_predictions(Predictions(table, SPACE), tmp_path / "b.parquet")
     audit = tmp_path / "audit.json"
     audit.write_text(json.dumps({"conflicting_groups": [{"ids": ["x1", "x2", "x3"]}]}))
     out, plot = tmp_path / "route.json", tmp_path / "cascade.png"
@@ -134,6 +141,7 @@ def test_route_command_with_audit(app, tmp_path):
     assert "oracle" in result.stdout and "Cascade frontier" in result.stdout and "ambiguous" in result.stdout
     report = json.loads(out.read_text())
     assert report["oracle"]["balanced_accuracy"] >= max(report["a"]["balanced_accuracy"], report["b"]["balanced_accuracy"])
+    assert report["cascade"]["best"]["delta_balanced_accuracy"] > 0  # routing the unsure band to B pays
     assert report["disagreement"]["by_ambiguity"][0]["n"] == 3
     assert plot.is_file()
 

@@ -5,6 +5,7 @@ import pytest
 import torch
 import yaml
 
+from labelrl.data import load_dataset
 from labelrl.data.prompts import ANSWER_PREFIX, render_messages, render_prompt
 from labelrl.data.split import load_splits
 from labelrl.evaluate import predict as predict_module
@@ -119,8 +120,8 @@ def test_label_col_swaps_the_answer_key_only(tmp_path, tiny):
     original = predict(str(run), None, "holdout")
     relabelled = predict(str(run), None, "holdout", label_col="relabel")
     assert relabelled.ids == original.ids and relabelled.y_pred == original.y_pred
-    rows = [json.loads(line) for line in (tmp_path / "data.jsonl").read_text().splitlines()]
-    assert relabelled.y_true == [rows[int(i) - 1]["relabel"] for i in relabelled.ids]  # ids: 1-based rows
+    key = {ex.id: ex.label for ex in load_dataset(str(tmp_path / "data.jsonl"), label_col="relabel").examples}
+    assert relabelled.y_true == [key[i] for i in relabelled.ids]
     assert relabelled.y_true != original.y_true  # r0, r6, … are relabelled ham
 
 

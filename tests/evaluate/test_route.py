@@ -71,7 +71,8 @@ def test_cascade_grid_matches_sklearn_on_random_data():
 
 def test_frontier_keeps_only_undominated_bands():
     bands = [{"share_routed": s, "delta_balanced_accuracy": d} for s, d in
-             [(0.1, 0.01), (0.2, 0.005), (0.3, 0.03), (0.3, 0.02), (0.5, 0.03)]]
+             [(0.05, -0.01), (0.08, 0.0), (0.1, 0.01), (0.2, 0.005), (0.3, 0.03), (0.3, 0.02), (0.5, 0.03)]]
+    # (0.05, −0.01) and (0.08, 0) do not beat A alone; (0.2, 0.005) and (0.5, 0.03) are beaten with less traffic.
     assert [(b["share_routed"], b["delta_balanced_accuracy"]) for b in frontier(bands)] == [(0.1, 0.01), (0.3, 0.03)]
 
 

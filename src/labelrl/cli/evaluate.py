@@ -181,6 +181,10 @@ def run_sweep(predictions: Path, compare: list[Path], positive_label: str | None
     return result
 
 
+def _band(lo: float, hi: float) -> str:
+    return f"[{lo:.2f}, {hi:.2f}" + ("]" if hi >= 1.0 else ")")
+
+
 def _route_tables(result: dict) -> list[Table]:
     models = Table(title="Models on the shared ids", title_justify="left")
     for name in ("", "accuracy", "balanced accuracy"):
@@ -191,11 +195,11 @@ def _route_tables(result: dict) -> list[Table]:
     for name in ("band", "share routed", "Δ accuracy", "Δ balanced accuracy"):
         front.add_column(name, justify="right")
     for band in result["cascade"]["frontier"]:
-        front.add_row(f"[{band['lo']:.2f}, {band['hi']:.2f})", f"{band['share_routed']:.1%}",
+        front.add_row(_band(band["lo"], band["hi"]), f"{band['share_routed']:.1%}",
                       f"{band['delta_accuracy']:+.3f}", f"{band['delta_balanced_accuracy']:+.3f}")
-    tables = [models, front]
+    tables = [models, front] if result["cascade"]["frontier"] else [models]
     disagreement = result["disagreement"]
-    groups = [(f"A confidence [{r['lo']:.2f}, {r['hi']:.2f})", r) for r in disagreement["by_confidence"]]
+    groups = [(f"A confidence {_band(r['lo'], r['hi'])}", r) for r in disagreement["by_confidence"]]
     groups += [(r["group"], r) for r in disagreement["by_ambiguity"] or []]
     table = Table(title=f"Disagreements: {disagreement['n_disagree']} of {disagreement['n']}", title_justify="left")
     for name in ("where", "examples", "disagree", "A right", "B right", "neither", "B gain"):
@@ -217,7 +221,9 @@ def run_route(a_path: Path, b_path: Path, audit: Path | None, steps: int, json_p
     for table in _route_tables(result):
         console.print(table)
     best = result["cascade"]["best"]
-    console.print(f"best band [{best['lo']:.2f}, {best['hi']:.2f}): routes {best['share_routed']:.1%}, "
+    if not result["cascade"]["frontier"]:
+        console.print("No confidence band improves balanced accuracy over A alone.")
+    console.print(f"best band {_band(best['lo'], best['hi'])}: routes {best['share_routed']:.1%}, "
                   f"Δ balanced accuracy {best['delta_balanced_accuracy']:+.3f} (chosen on these rows: confirm elsewhere)")
     share = result["disagreement"].get("b_gain_share_ambiguous")
     if share is not None:

@@ -81,7 +81,7 @@ def plot_cascade(result: dict, path: str | Path) -> Path:
     fig, ax = plt.subplots(figsize=(6, 4.5))
     ax.scatter([100 * b["share_routed"] for b in cascade["bands"]],
                [100 * b["delta_balanced_accuracy"] for b in cascade["bands"]], s=12, color="0.6", label="confidence bands")
-    front = cascade["frontier"]
+    front = [{"share_routed": 0.0, "delta_balanced_accuracy": 0.0}] + cascade["frontier"]  # from routing nothing
     ax.plot([100 * b["share_routed"] for b in front], [100 * b["delta_balanced_accuracy"] for b in front],
             marker="o", color="C0", label="frontier")
     oracle = 100 * (result["oracle"]["balanced_accuracy"] - result["a"]["balanced_accuracy"])

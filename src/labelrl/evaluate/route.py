@@ -84,8 +84,9 @@ def cascade_grid(conf: np.ndarray, correct_a: np.ndarray, correct_b: np.ndarray,
 
 
 def frontier(bands: list[dict]) -> list[dict]:
-    """The bands no other band beats: a larger Δ balanced accuracy for no more traffic."""
-    out, best = [], -np.inf
+    """The bands that beat A alone and that no band beats with less traffic: sorted by share
+    routed, each has a larger Δ balanced accuracy than every band before it (and than 0)."""
+    out, best = [], 0.0
     for band in sorted(bands, key=lambda b: (b["share_routed"], -b["delta_balanced_accuracy"])):
         if band["delta_balanced_accuracy"] > best + 1e-12:
             out.append(band)

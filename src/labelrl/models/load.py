@@ -46,6 +46,9 @@ from labelrl.models import cache  # noqa: E402
 
 # huggingface_hub may have been imported (and read the environment) before this module.
 huggingface_hub.constants.HF_HUB_OFFLINE = True
+# Loading and saving a model every few steps should not print a progress bar each time;
+# labelrl draws its own progress for long work.
+hf_logging.disable_progress_bar()
 
 SMOLLM2 = "smollm2-135m-instruct"
 TINY_RANDOM = "tiny-random"
