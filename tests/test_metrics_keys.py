@@ -23,3 +23,10 @@ def test_every_rollout_column_is_documented():
 def test_metric_names_follow_the_area_slash_quantity_scheme():
     keys = [v for k, v in vars(K).items() if k.isupper() and isinstance(v, str) and v != K.STEP]
     assert all(key.count("/") == 1 and key == key.lower() for key in keys)
+
+
+def test_config_reference_is_generated_from_the_config_models():
+    from labelrl.cli.docs import render
+
+    generated = (Path(__file__).resolve().parents[1] / "docs" / "config.md").read_text(encoding="utf-8")
+    assert generated == render(), "docs/config.md is stale: run `make docs`"
