@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import signal
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
@@ -25,7 +25,7 @@ from labelrl.train.checkpoint import latest_checkpoint, load_checkpoint, save_ch
 from labelrl.train.config import RLConfig
 from labelrl.train.progress import StepProgress
 from labelrl.train.setup import (
-    init_run_dir, make_optimizer, ordered_indices, prepare_data, prepare_model, prompt_ids,
+    init_run_dir, make_accelerator, make_optimizer, ordered_indices, prepare_data, prepare_model, prompt_ids,
 )
 
 METRICS_FILE = "metrics.jsonl"
@@ -48,7 +48,7 @@ class RLRun:
     cursor: int = 0  # position in the stream of training prompts
     nonfinite_in_row: int = 0
     stop_requested: bool = False
-    extras: dict = field(default_factory=dict)
+    accelerator: object = None
 
 
 def start_run(cfg: RLConfig) -> RLRun:
@@ -60,9 +60,11 @@ def start_run(cfg: RLConfig) -> RLRun:
     data = prepare_data(cfg, run_dir)
     model, tokenizer = prepare_model(cfg)
     optimizer, scheduler = make_optimizer(model, cfg, cfg.steps)
+    accelerator = make_accelerator()
+    model, optimizer = accelerator.prepare(model, optimizer)
     run = RLRun(cfg, run_dir, data, model, tokenizer, optimizer, scheduler,
                 algo=parts.resolve_algorithm(cfg, data.dataset.labels, [ex.label for ex in data.train]),
-                train_prompts=prompt_ids(tokenizer, data.train, data, cfg.mode))
+                train_prompts=prompt_ids(tokenizer, data.train, data, cfg.mode), accelerator=accelerator)
     if cfg.resume:
         ckpt = latest_checkpoint(run_dir)
         if ckpt is None:
@@ -118,8 +120,8 @@ def update_policy(run: RLRun, batch: parts.StepBatch) -> dict:
             if not torch.isfinite(loss):
                 stats[K.NONFINITE_SKIPPED] = 1
                 break
-            loss.backward()
-            grad_norm = torch.nn.utils.clip_grad_norm_([p for p in run.model.parameters() if p.requires_grad], cfg.max_grad_norm)
+            run.accelerator.backward(loss)
+            grad_norm = run.accelerator.clip_grad_norm_([p for p in run.model.parameters() if p.requires_grad], cfg.max_grad_norm)
             if not torch.isfinite(grad_norm):
                 run.optimizer.zero_grad(set_to_none=True)
                 stats[K.NONFINITE_SKIPPED] = 1
@@ -182,6 +184,6 @@ def run_rl(cfg: RLConfig) -> dict:
             signal.signal(sig, handler)
     summary = {"steps_done": run.step, "steps": cfg.steps, "stopped_early": run.step < cfg.steps, "last": last}
     if run.step >= cfg.steps:
-        summary["model_dir"] = str(save_model(run.run_dir, run.model, run.tokenizer))
+        summary["model_dir"] = str(save_model(run.run_dir, run.accelerator.unwrap_model(run.model), run.tokenizer))
     atomic_write_json(run.run_dir / "rl_summary.json", summary)
     return summary

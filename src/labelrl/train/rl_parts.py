@@ -186,13 +186,13 @@ def policy_loss_for_groups(run, batch: StepBatch, keep: list[int], old_logprobs,
         run.model, [batch.prompt_ids[g] for g in keep], [batch.completion_ids[r] for r in rows], G,
         pad_token_id=run.tokenizer.pad_token_id if run.tokenizer.pad_token_id is not None else run.tokenizer.eos_token_id,
     )
-    mask = mask & batch.loss_mask[rows].unsqueeze(1)
+    mask = mask & batch.loss_mask[rows].unsqueeze(1).to(mask.device)
     ref = None
     if run.cfg.beta > 0:
         ref = reference_logprobs(run, batch, keep, rows)
     old = logprobs.detach() if old_logprobs is None else old_logprobs
     loss, stats = policy_loss(
-        logprobs, old, batch.advantages[rows].float(), mask, surrogate=run.algo.surrogate,
+        logprobs, old, batch.advantages[rows].float().to(logprobs.device), mask, surrogate=run.algo.surrogate,
         aggregation=run.algo.aggregation, ref_logprobs=ref, beta=run.cfg.beta,
         max_len=run.cfg.max_new_tokens, **normaliser, **run.algo.surrogate_options,
     )

@@ -127,6 +127,19 @@ def make_optimizer(model, cfg: ModelOptions, total_steps: int):
     return optimizer, scheduler
 
 
+def make_accelerator():
+    """One CPU, one GPU or many (``accelerate launch``): device placement, backward and
+    gradient clipping go through accelerate; bf16 autocast where the GPU supports it."""
+    from accelerate import Accelerator
+
+    cuda = torch.cuda.is_available()
+    return Accelerator(cpu=not cuda, mixed_precision="bf16" if cuda and torch.cuda.is_bf16_supported() else "no")
+
+
+def model_device(model) -> torch.device:
+    return next(model.parameters()).device
+
+
 def peak_memory_mb() -> float:
     """Peak resident memory of this process (CUDA peak allocation when on GPU)."""
     if torch.cuda.is_available():

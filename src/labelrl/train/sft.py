@@ -23,7 +23,7 @@ from labelrl.train.checkpoint import save_merged, save_model
 from labelrl.train.config import SFTConfig
 from labelrl.train.progress import StepProgress
 from labelrl.train.setup import (
-    RunData, init_run_dir, make_optimizer, ordered_indices, peak_memory_mb, prepare_data, prepare_model, prompt_ids,
+    RunData, init_run_dir, make_accelerator, make_optimizer, model_device, ordered_indices, peak_memory_mb, prepare_data, prepare_model, prompt_ids,
 )
 
 
@@ -77,6 +77,8 @@ def sft_loss(model, batch: list[SFTItem], pad_id: int) -> torch.Tensor:
         mask[i, start:] = 1
         target[i, start + it.n_prompt :] = ids[i, start + it.n_prompt :]
     positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    device = model_device(model)
+    ids, mask, positions, target = ids.to(device), mask.to(device), positions.to(device), target.to(device)
     logits = model(input_ids=ids, attention_mask=mask, position_ids=positions, logits_to_keep=n_keep).logits
     logits = logits[:, :-1, :].float()  # position t predicts token t+1
     labels = target[:, width - n_keep + 1 :]
@@ -84,15 +86,35 @@ def sft_loss(model, batch: list[SFTItem], pad_id: int) -> torch.Tensor:
 
 
 def evaluate_val(model, tokenizer, data: RunData, cfg: SFTConfig) -> dict[str, float]:
-    """Label-token accuracy and balanced accuracy on (at most ``eval_limit``) val items."""
+    """Accuracy and balanced accuracy on (at most ``eval_limit``) val items.
+
+    Direct mode scores the label tokens (one forward pass, no generation); reasoning mode
+    greedy-decodes and parses with the strict parser (an unparseable answer is wrong).
+    """
     val = data.val[: cfg.eval_limit] if cfg.eval_limit else data.val
     if not val:
         return {}
-    probs = score_labels(model, tokenizer, prompt_ids(tokenizer, val, data, "direct"), data.dataset.labels)
-    names = data.dataset.labels.labels
-    pred = [names[i] for i in probs.argmax(-1).tolist()]
+    prompts = prompt_ids(tokenizer, val, data, cfg.mode)
+    if cfg.mode == "direct":
+        probs = score_labels(model, tokenizer, prompts, data.dataset.labels)
+        names = data.dataset.labels.labels
+        pred = [names[i] for i in probs.argmax(-1).tolist()]
+    else:
+        pred = greedy_answers(model, tokenizer, prompts, data, max_new_tokens=cfg.max_length)
     m = basic_metrics([ex.label for ex in val], pred)
     return {K.EVAL_ACCURACY: m["accuracy"], K.EVAL_BALANCED_ACCURACY: m["balanced_accuracy"]}
+
+
+def greedy_answers(model, tokenizer, prompts: list[list[int]], data: RunData, *, max_new_tokens: int) -> list[str | None]:
+    """Greedy completions, strictly parsed in reasoning mode (None when unparseable)."""
+    from labelrl.rewards import parse_answer
+    from labelrl.rollout import sample_groups
+
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    out = sample_groups(model, prompts, group_size=1, max_new_tokens=max_new_tokens,
+                        eos_token_ids=[tokenizer.eos_token_id], pad_token_id=pad, temperature=0.0)
+    texts = tokenizer.batch_decode(out.completion_ids, skip_special_tokens=True)
+    return [parse_answer(t, reasoning=True, labels=data.dataset.labels).answer for t in texts]
 
 
 def run_sft(cfg: SFTConfig) -> dict:
@@ -104,6 +126,8 @@ def run_sft(cfg: SFTConfig) -> dict:
     items = build_items(tokenizer, data, cfg, traces)
     total = cfg.max_steps or max(1, round(cfg.epochs * len(items) / cfg.batch_size))
     optimizer, scheduler = make_optimizer(model, cfg, total)
+    accelerator = make_accelerator()
+    model, optimizer = accelerator.prepare(model, optimizer)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     select_key = K.EVAL_BALANCED_ACCURACY if cfg.select_metric == "balanced_accuracy" else K.EVAL_ACCURACY
     best: dict = {"step": None, select_key: float("-inf")}
@@ -113,8 +137,8 @@ def run_sft(cfg: SFTConfig) -> dict:
         for step in range(total):
             started = time.perf_counter()
             loss = sft_loss(model, [items[i] for i in ordered_indices(len(items), step * cfg.batch_size, cfg.batch_size, cfg.seed)], pad_id)
-            loss.backward()
-            grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
+            accelerator.backward(loss)
+            grad_norm = accelerator.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
             optimizer.step()
             scheduler.step()
             optimizer.zero_grad(set_to_none=True)
@@ -125,7 +149,7 @@ def run_sft(cfg: SFTConfig) -> dict:
                 # ties go to the later (longer-trained) model
                 if record.get(select_key, float("-inf")) >= best[select_key]:
                     best = {"step": step + 1, **{k: record[k] for k in record if k.startswith("eval/")}}
-                    save_model(run_dir, model, tokenizer)
+                    save_model(run_dir, accelerator.unwrap_model(model), tokenizer)
             record[K.PEAK_MEMORY_MB] = peak_memory_mb()
             append_jsonl(metrics_path, record)
             progress.update(step + 1, {"loss": record[K.LOSS], "val_ba": record.get(K.EVAL_BALANCED_ACCURACY)})
