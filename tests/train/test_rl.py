@@ -137,3 +137,22 @@ def test_run_files_follow_their_documented_schemas(warm_model, toy_data, rl_conf
 def test_config_errors_name_the_value_the_rule_and_the_fix(options, message, tmp_path):
     with pytest.raises(ValidationError, match=message):
         RLConfig(data="sms-spam", out=tmp_path, **options)
+
+
+def test_non_finite_loss_skips_the_update_and_stops_after_k_in_a_row(warm_model, toy_data, rl_config, tmp_path, monkeypatch):
+    run = rl.start_run(rl_config(warm_model, toy_data, tmp_path / "nan", prompts_per_step=2, group_size=4, max_nonfinite=2))
+    batch = _batch_with_one_uniform_group(run)
+    real = rl.parts.policy_loss_for_groups
+
+    def nan_loss(*args, **kwargs):
+        loss, logprobs, stats = real(*args, **kwargs)
+        return loss * float("nan"), logprobs, stats
+
+    monkeypatch.setattr(rl.parts, "policy_loss_for_groups", nan_loss)
+    before = {n: p.detach().clone() for n, p in run.model.named_parameters()}
+    stats = rl.update_policy(run, batch)
+    assert stats[K.NONFINITE_SKIPPED] == 1 and run.nonfinite_in_row == 1
+    for name, param in run.model.named_parameters():
+        assert torch.equal(param, before[name]), name
+    with pytest.raises(ValueError, match="2 non-finite losses or gradients in a row .* lower --learning-rate"):
+        rl.update_policy(run, batch)
