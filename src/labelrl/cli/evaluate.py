@@ -33,19 +33,19 @@ class EvalConfig(BaseModel):
     label_col: Optional[str] = Field(None, description="The answer key: any label column (e.g. relabelled vs original labels). With --data it is also the data's label column.")
     labels: Optional[str] = Field(None, description="With --data: the label set, comma-separated, in grade order for ordinal labels.")
     kind: Optional[Literal["binary", "categorical", "ordinal"]] = Field(None, description="With --data: the label kind (inferred when omitted).")
-    mode: Optional[Literal["direct", "reasoning"]] = Field(None, description="With --data: the answer mode the model was trained for [default: direct].")
+    mode: Optional[Literal["direct", "reasoning"]] = Field(None, description="With --data: the answer mode the model was trained for (default: direct).")
     rubric: Optional[Path] = Field(None, description="With --data: the rubric file the model was trained with.")
     split_seed: int = Field(0, description="With --data and no splits.json yet: seed of the split made in --splits.")
     splits: Optional[Path] = Field(None, description="Directory of splits.json and ledger.jsonl (default: the run directory); needed for a bare model.")
-    method: Optional[Literal["scores", "generate"]] = Field(None, description="scores: label-token probabilities (direct models); generate: greedy decoding parsed strictly [default: by mode].")
-    out: Optional[Path] = Field(None, description="Predictions file (.parquet or .csv) [default: SPLITS_DIR/eval/NAME-SPLIT.parquet].")
+    method: Optional[Literal["scores", "generate"]] = Field(None, description="scores: label-token probabilities (direct models); generate: greedy decoding parsed strictly (default: scores for direct mode, generate for reasoning).")
+    out: Optional[Path] = Field(None, description="Predictions file (.parquet or .csv) (default: SPLITS_DIR/eval/NAME-SPLIT.parquet).")
     json_path: Optional[Path] = Field(None, description="Write the metrics, the ledger record and the file paths to this JSON file.")
     allow_repeat_holdout: bool = Field(False, description="Evaluate a model on the holdout again; the result is recorded and marked as a repeat.")
     limit: Optional[int] = Field(None, ge=1, description="Evaluate only the first N examples of the split.")
     n_boot: int = Field(1000, ge=0, description="Bootstrap resamples for the 95% intervals (0: none).")
     seed: int = Field(0, description="Seed of the bootstrap.")
     batch_size: int = Field(16, ge=1, description="Prompts per forward pass.")
-    max_new_tokens: Optional[int] = Field(None, ge=1, description="generate: token cap per answer [default: direct 8 past the longest answer tag, reasoning 256].")
+    max_new_tokens: Optional[int] = Field(None, ge=1, description="generate: token cap per answer (default: direct 8 past the longest answer tag, reasoning 256).")
 
     @model_validator(mode="after")
     def _data_flags_need_data(self) -> "EvalConfig":
@@ -284,8 +284,8 @@ def _guard(fn, *args) -> None:
 
 
 def _opt(name: str, *flags: str):
-    return typer.Option(EvalConfig.model_fields[name].default if not EvalConfig.model_fields[name].is_required() else ...,
-                        *flags, help=_help(name), show_default=False)
+    default = EvalConfig.model_fields[name].default
+    return typer.Option(default, *flags, help=_help(name), show_default=default is not None and default is not False)
 
 
 def register(app: typer.Typer) -> None:
@@ -315,12 +315,12 @@ def register(app: typer.Typer) -> None:
     @app.command("sweep", help="Sweep a scored model's threshold: ROC, threshold for a target recall, best balanced accuracy, and whether other models' operating points are just thresholds on it.")
     def sweep_command(
         predictions: Path = typer.Argument(..., help="Predictions of a scored model (.parquet/.csv with score or score_<label>).", show_default=False),
-        positive_label: Optional[str] = typer.Option(None, "--positive-label", help="The positive label [default: the predictions' positive label].", show_default=False),
+        positive_label: Optional[str] = typer.Option(None, "--positive-label", help="The positive label (default: the predictions' positive label).", show_default=False),
         target_recall: float = typer.Option(0.9, "--target-recall", help="Report the largest threshold whose recall is at least this."),
         compare: Optional[list[Path]] = typer.Option(None, "--compare", help="Predictions of another model on the same ids (repeatable).", show_default=False),
         tolerance: float = typer.Option(0.01, "--tolerance", help="Largest metric difference that still counts as reproduced."),
         json_path: Optional[Path] = typer.Option(None, "--json", help="Write the sweep to this JSON file (and the ROC plot beside it).", show_default=False),
-        plot: Optional[Path] = typer.Option(None, "--plot", help="ROC plot PNG [default: beside --json].", show_default=False),
+        plot: Optional[Path] = typer.Option(None, "--plot", help="ROC plot PNG (default: beside --json).", show_default=False),
     ) -> None:
         _guard(run_sweep, predictions, compare or [], positive_label, target_recall, tolerance, json_path, plot)
 
@@ -331,7 +331,7 @@ def register(app: typer.Typer) -> None:
         audit: Optional[Path] = typer.Option(None, "--audit", help="`labelrl audit --json` report: break disagreements down by label ambiguity.", show_default=False),
         steps: int = typer.Option(10, "--steps", min=1, help="Cascade grid: this many equal steps of confidence from 1/K to 1."),
         json_path: Optional[Path] = typer.Option(None, "--json", help="Write the result to this JSON file (and the trade-off plot beside it).", show_default=False),
-        plot: Optional[Path] = typer.Option(None, "--plot", help="Cascade trade-off PNG [default: beside --json].", show_default=False),
+        plot: Optional[Path] = typer.Option(None, "--plot", help="Cascade trade-off PNG (default: beside --json).", show_default=False),
     ) -> None:
         _guard(run_route, a, b, audit, steps, json_path, plot)
 

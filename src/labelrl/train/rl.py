@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import signal
 import time
+import warnings
 from dataclasses import dataclass
 
 import torch
@@ -129,7 +130,11 @@ def update_policy(run: RLRun, batch: parts.StepBatch) -> dict:
             run.optimizer.step()
             run.optimizer.zero_grad(set_to_none=True)
             stats.update({K.LOSS: loss.item(), K.GRAD_NORM: float(grad_norm)})
-    run.scheduler.step()
+    with warnings.catch_warnings():
+        # A step whose groups were all skipped makes no optimizer step, yet the schedule
+        # still advances one step so it stays a function of the step number.
+        warnings.filterwarnings("ignore", message="Detected call of `lr_scheduler.step()`")
+        run.scheduler.step()
     run.nonfinite_in_row = run.nonfinite_in_row + 1 if stats[K.NONFINITE_SKIPPED] else 0
     if run.nonfinite_in_row >= cfg.max_nonfinite:
         raise ValueError(
