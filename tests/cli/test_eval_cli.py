@@ -15,10 +15,6 @@ from labelrl.types import LabelSpace
 
 runner = CliRunner(env={"COLUMNS": "200"})
 SPACE = LabelSpace(("ham", "spam"), kind="binary")
-# The real `labelrl` app, with this module's commands added if main.py does not list them yet.
-ENTRY = ("from labelrl.cli import evaluate, main\n"
-         "if 'evaluate' not in main.COMMAND_MODULES: evaluate.register(main.app)\n"
-         "main.app()")
 
 
 @pytest.fixture(scope="module")
@@ -80,7 +76,7 @@ def test_eval_twice_on_holdout_refuses_then_records_a_marked_repeat(app, run_dir
 def test_eval_subprocess_smoke(run_dir, tmp_path):
     out = tmp_path / "val.parquet"
     env = dict(os.environ, HF_HUB_OFFLINE="1", COLUMNS="200")
-    result = subprocess.run([sys.executable, "-c", ENTRY, "eval", str(run_dir), "--split", "val", "--limit", "4",
+    result = subprocess.run([sys.executable, "-m", "labelrl.cli.main", "eval", str(run_dir), "--split", "val", "--limit", "4",
                              "--n-boot", "20", "--out", str(out)], capture_output=True, text=True, env=env, timeout=300)
     assert result.returncode == 0, result.stderr
     assert "val: 4 examples" in result.stdout
