@@ -156,3 +156,18 @@ def test_non_finite_loss_skips_the_update_and_stops_after_k_in_a_row(warm_model,
         assert torch.equal(param, before[name]), name
     with pytest.raises(ValueError, match="2 non-finite losses or gradients in a row .* lower --learning-rate"):
         rl.update_policy(run, batch)
+
+
+def test_metrics_reach_tensorboard_with_the_same_names(warm_model, toy_data, rl_config, tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    out = tmp_path / "tb"
+    rl.run_rl(rl_config(warm_model, toy_data, out, steps=2, prompts_per_step=2, group_size=4, report_to="tensorboard"))
+    acc = EventAccumulator(str(out / "tracking" / "labelrl-rl"))
+    acc.Reload()
+    assert K.STEP not in acc.Tags()["scalars"]  # the step is the x axis, not a scalar
+    records = read_jsonl(out / "metrics.jsonl")
+    for key in (K.REWARD_MEAN, K.LENGTH_MEAN, K.UNIFORM_FRAC, K.FAILED_POSITIVE_FRAC):
+        scalars = acc.Scalars(key)
+        assert [s.step for s in scalars] == [1, 2]
+        assert [s.value for s in scalars] == pytest.approx([r[key] for r in records], rel=1e-6)

@@ -46,6 +46,7 @@ class ModelOptions(BaseModel):
     seed: int = Field(0, description="Seed for initialisation, data order and sampling.")
     out: Path = Field(description="Run directory: splits, checkpoints, metrics and logs go here.")
     quiet: bool = Field(False, description="No progress bar; log lines only.")
+    report_to: Optional[Literal["tensorboard", "mlflow", "wandb"]] = Field(None, description="Also send every metric to this tracker through accelerate (same names as the metrics file; TensorBoard logs go to RUN_DIR/tracking). Needs the tracker's package.")
 
 
 class SFTConfig(DataOptions, ModelOptions):

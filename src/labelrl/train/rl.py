@@ -61,7 +61,7 @@ def start_run(cfg: RLConfig) -> RLRun:
     data = prepare_data(cfg, run_dir)
     model, tokenizer = prepare_model(cfg)
     optimizer, scheduler = make_optimizer(model, cfg, cfg.steps)
-    accelerator = make_accelerator()
+    accelerator = make_accelerator(cfg, run_dir, "rl")
     model, optimizer = accelerator.prepare(model, optimizer)
     run = RLRun(cfg, run_dir, data, model, tokenizer, optimizer, scheduler,
                 algo=parts.resolve_algorithm(cfg, data.dataset.labels, [ex.label for ex in data.train]),
@@ -158,6 +158,7 @@ def rl_step(run: RLRun) -> dict:
     record[K.TOKENS_PER_S] = batch.new_tokens / max(batch.sample_seconds, 1e-9)
     record[K.PEAK_MEMORY_MB] = parts.peak_memory_mb()
     append_jsonl(run.run_dir / METRICS_FILE, record)
+    run.accelerator.log({k: v for k, v in record.items() if k != K.STEP}, step=run.step)
     if run.step % run.cfg.checkpoint_every == 0 or run.step == run.cfg.steps or run.stop_requested:
         save_checkpoint(run.run_dir, run.step, run.model, run.optimizer, run.scheduler,
                         {"cursor": run.cursor, "nonfinite_in_row": run.nonfinite_in_row})
@@ -187,6 +188,7 @@ def run_rl(cfg: RLConfig) -> dict:
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+        run.accelerator.end_training()
     summary = {"steps_done": run.step, "steps": cfg.steps, "stopped_early": run.step < cfg.steps, "last": last}
     if run.step >= cfg.steps:
         summary["model_dir"] = str(save_model(run.run_dir, run.accelerator.unwrap_model(run.model), run.tokenizer))

@@ -127,13 +127,21 @@ def make_optimizer(model, cfg: ModelOptions, total_steps: int):
     return optimizer, scheduler
 
 
-def make_accelerator():
+def make_accelerator(cfg: ModelOptions, run_dir: Path, command: str):
     """One CPU, one GPU or many (``accelerate launch``): device placement, backward and
-    gradient clipping go through accelerate; bf16 autocast where the GPU supports it."""
+    gradient clipping go through accelerate; bf16 autocast where the GPU supports it.
+    With ``--report-to`` the same metrics also reach that tracker."""
     from accelerate import Accelerator
 
     cuda = torch.cuda.is_available()
-    return Accelerator(cpu=not cuda, mixed_precision="bf16" if cuda and torch.cuda.is_bf16_supported() else "no")
+    accelerator = Accelerator(
+        cpu=not cuda, mixed_precision="bf16" if cuda and torch.cuda.is_bf16_supported() else "no",
+        log_with=cfg.report_to, project_dir=str(run_dir / "tracking") if cfg.report_to else None,
+    )
+    if cfg.report_to:
+        flat = {k: (v if isinstance(v, (int, float, str, bool)) else str(v)) for k, v in cfg.model_dump().items()}
+        accelerator.init_trackers(f"labelrl-{command}", config=flat)
+    return accelerator
 
 
 def model_device(model) -> torch.device:

@@ -126,7 +126,7 @@ def run_sft(cfg: SFTConfig) -> dict:
     items = build_items(tokenizer, data, cfg, traces)
     total = cfg.max_steps or max(1, round(cfg.epochs * len(items) / cfg.batch_size))
     optimizer, scheduler = make_optimizer(model, cfg, total)
-    accelerator = make_accelerator()
+    accelerator = make_accelerator(cfg, run_dir, "sft")
     model, optimizer = accelerator.prepare(model, optimizer)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     select_key = K.EVAL_BALANCED_ACCURACY if cfg.select_metric == "balanced_accuracy" else K.EVAL_ACCURACY
@@ -152,6 +152,7 @@ def run_sft(cfg: SFTConfig) -> dict:
                     save_model(run_dir, accelerator.unwrap_model(model), tokenizer)
             record[K.PEAK_MEMORY_MB] = peak_memory_mb()
             append_jsonl(metrics_path, record)
+            accelerator.log({k: v for k, v in record.items() if k != K.STEP}, step=step + 1)
             progress.update(step + 1, {"loss": record[K.LOSS], "val_ba": record.get(K.EVAL_BALANCED_ACCURACY)})
     summary = {"steps": total, "train_items": len(items), "best": best, "model_dir": str(run_dir / "model")}
     if cfg.merge:
@@ -159,6 +160,7 @@ def run_sft(cfg: SFTConfig) -> dict:
 
         best_model, best_tok = load_model(str(run_dir / "model"))
         summary["merged_dir"] = str(save_merged(run_dir, best_model, best_tok))
+    accelerator.end_training()
     atomic_write_json(run_dir / "sft_summary.json", summary)
     return summary
 
