@@ -29,9 +29,9 @@ class DemoConfig(BaseModel):
     fast: bool = Field(False, description="Smoke-test scale: tiny-random, a few steps; about a minute.")
     data: str = Field("sms-spam", description="Built-in dataset or file to run on.")
     limit: int = Field(400, ge=8, description="Training items used (a subsample keeps the CPU demo short).")
-    sft_steps: int = Field(12, ge=1, description="SFT optimizer steps (batch 8).")
-    rl_steps: int = Field(8, ge=1, description="RL steps per RL arm.")
-    eval_limit: int = Field(64, ge=8, description="Val items scored for the comparison table.")
+    sft_steps: int = Field(48, ge=1, description="SFT optimizer steps (batch 8).")
+    rl_steps: int = Field(20, ge=1, description="RL steps per RL arm.")
+    eval_limit: int = Field(128, ge=8, description="Val items scored for the comparison table.")
     threshold: float = Field(0.5, description="CoRPO correctness threshold τ (0/1 rewards: 0.5).")
     seed: int = Field(0, description="Seed of every arm.")
 
@@ -44,7 +44,7 @@ def _arms(cfg: DemoConfig):
     tiny = dict(lora=False, learning_rate=3e-3) if cfg.fast else {}
     sft = SFTConfig(model=model, out=cfg.out / "sft", max_steps=cfg.sft_steps, batch_size=8,
                     eval_every=cfg.sft_steps, eval_limit=cfg.eval_limit, **common, **tiny)
-    rl_common = dict(model=str(cfg.out / "sft"), steps=cfg.rl_steps, group_size=4, prompts_per_step=2,
+    rl_common = dict(model=str(cfg.out / "sft"), steps=cfg.rl_steps, group_size=4, prompts_per_step=4,
                      max_new_tokens=12, checkpoint_every=cfg.rl_steps, **common,
                      **(dict(lora=False, learning_rate=1e-3) if cfg.fast else dict(learning_rate=5e-5)))
     return sft, {
