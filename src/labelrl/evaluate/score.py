@@ -15,6 +15,7 @@ from typing import Sequence
 import torch
 
 from labelrl.data.prompts import ANSWER_PREFIX
+from labelrl.rollout.sampler import left_pad, model_device
 from labelrl.types import LabelSpace
 
 
@@ -33,21 +34,9 @@ def label_token_ids(tokenizer, labels: LabelSpace) -> list[list[int]]:
     return out
 
 
-def _left_pad(seqs: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    width = max(len(s) for s in seqs)
-    ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(seqs), width), dtype=torch.long)
-    for i, s in enumerate(seqs):
-        ids[i, width - len(s):] = torch.tensor(list(s), dtype=torch.long)
-        mask[i, width - len(s):] = 1
-    # Positions count real tokens only, so left padding does not shift them.
-    positions = (mask.cumsum(-1) - 1).clamp(min=0)
-    return ids, mask, positions
-
-
 @torch.inference_mode()
 def _last_logprobs(model, seqs: Sequence[Sequence[int]], pad_id: int) -> torch.Tensor:
-    ids, mask, positions = _left_pad(seqs, pad_id)
+    ids, mask, positions = left_pad(seqs, pad_id, model_device(model))
     # Only the last position's logits are needed: the full [B, L, V] tensor costs an extra
     # vocabulary projection per prompt token and B·L·V floats of memory.
     logits = model(input_ids=ids, attention_mask=mask, position_ids=positions, logits_to_keep=1).logits[:, -1, :]
@@ -57,12 +46,12 @@ def _last_logprobs(model, seqs: Sequence[Sequence[int]], pad_id: int) -> torch.T
 @torch.inference_mode()
 def _sequence_logprob(model, prefixes: Sequence[Sequence[int]], cont: Sequence[int], pad_id: int) -> torch.Tensor:
     seqs = [list(p) + list(cont) for p in prefixes]
-    ids, mask, positions = _left_pad(seqs, pad_id)
+    ids, mask, positions = left_pad(seqs, pad_id, model_device(model))
     n = len(cont)
     # The last n+1 positions predict the n continuation tokens (and one past them).
     logits = model(input_ids=ids, attention_mask=mask, position_ids=positions, logits_to_keep=n + 1).logits.float()
     logp = torch.log_softmax(logits[:, :-1, :], dim=-1)
-    target = torch.tensor(cont, dtype=torch.long).expand(len(seqs), n)
+    target = torch.tensor(cont, dtype=torch.long, device=logits.device).expand(len(seqs), n)
     return logp.gather(-1, target.unsqueeze(-1)).squeeze(-1).sum(-1)
 
 

@@ -15,6 +15,7 @@ from labelrl.data.prompts import render_messages, render_prompt
 from labelrl.data.split import load_or_make_splits, select
 from labelrl.fileio import atomic_write_text
 from labelrl.models import BUILTIN_MODELS, load_model
+from labelrl.rollout.sampler import model_device  # noqa: F401  (re-exported for the trainers)
 from labelrl.train.config import DataOptions, ModelOptions
 from labelrl.types import Dataset, Example
 
@@ -142,10 +143,6 @@ def make_accelerator(cfg: ModelOptions, run_dir: Path, command: str):
         flat = {k: (v if isinstance(v, (int, float, str, bool)) else str(v)) for k, v in cfg.model_dump().items()}
         accelerator.init_trackers(f"labelrl-{command}", config=flat)
     return accelerator
-
-
-def model_device(model) -> torch.device:
-    return next(model.parameters()).device
 
 
 def peak_memory_mb() -> float:
