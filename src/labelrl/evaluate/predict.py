@@ -29,6 +29,7 @@ from labelrl.data import load_dataset
 from labelrl.data.prompts import ANSWER_PREFIX, ANSWER_SUFFIX, render_messages, render_prompt
 from labelrl.data.split import SPLIT_NAMES, SPLITS_FILE, load_or_make_splits, load_splits, select, splits_fingerprint
 from labelrl.evaluate.io import Predictions, predictions_table
+from labelrl.rollout.sampler import pad_id
 from labelrl.train.config import DataOptions
 from labelrl.train.setup import resolve_model_spec
 from labelrl.types import Dataset, Example, LabelSpace
@@ -207,7 +208,7 @@ def _generate(setup: EvalSetup, prompts: list[list[int]], batch_size: int, max_n
 
     sampler, tok, data = BACKENDS.get("labelrl"), setup.tokenizer, setup.data
     cap = max_new_tokens or default_max_new_tokens(tok, data.labels, data.options.mode)
-    pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
+    pad = pad_id(tok)
     preds, statuses = [], []
     for start in range(0, len(prompts), batch_size):
         batch = sampler(setup.model, prompts[start : start + batch_size], group_size=1, max_new_tokens=cap,

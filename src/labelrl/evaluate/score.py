@@ -15,7 +15,7 @@ from typing import Sequence
 import torch
 
 from labelrl.data.prompts import ANSWER_PREFIX
-from labelrl.rollout.sampler import left_pad, model_device
+from labelrl.rollout.sampler import left_pad, model_device, pad_id
 from labelrl.types import LabelSpace
 
 
@@ -35,8 +35,8 @@ def label_token_ids(tokenizer, labels: LabelSpace) -> list[list[int]]:
 
 
 @torch.inference_mode()
-def _last_logprobs(model, seqs: Sequence[Sequence[int]], pad_id: int) -> torch.Tensor:
-    ids, mask, positions = left_pad(seqs, pad_id, model_device(model))
+def _last_logprobs(model, seqs: Sequence[Sequence[int]], pad: int) -> torch.Tensor:
+    ids, mask, positions = left_pad(seqs, pad, model_device(model))
     # Only the last position's logits are needed: the full [B, L, V] tensor costs an extra
     # vocabulary projection per prompt token and B·L·V floats of memory.
     logits = model(input_ids=ids, attention_mask=mask, position_ids=positions, logits_to_keep=1).logits[:, -1, :]
@@ -44,9 +44,9 @@ def _last_logprobs(model, seqs: Sequence[Sequence[int]], pad_id: int) -> torch.T
 
 
 @torch.inference_mode()
-def _sequence_logprob(model, prefixes: Sequence[Sequence[int]], cont: Sequence[int], pad_id: int) -> torch.Tensor:
+def _sequence_logprob(model, prefixes: Sequence[Sequence[int]], cont: Sequence[int], pad: int) -> torch.Tensor:
     seqs = [list(p) + list(cont) for p in prefixes]
-    ids, mask, positions = left_pad(seqs, pad_id, model_device(model))
+    ids, mask, positions = left_pad(seqs, pad, model_device(model))
     n = len(cont)
     # The last n+1 positions predict the n continuation tokens (and one past them).
     logits = model(input_ids=ids, attention_mask=mask, position_ids=positions, logits_to_keep=n + 1).logits.float()
@@ -61,7 +61,7 @@ def score_labels(
     """Probabilities [N, K] of each label for each prompt (rows sum to 1)."""
     label_ids = label_token_ids(tokenizer, labels)
     prefix = tokenizer(ANSWER_PREFIX, add_special_tokens=False)["input_ids"]
-    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    pad = pad_id(tokenizer)
     first = [ids[0] for ids in label_ids]
     distinct_first = len(set(first)) == len(first)
     was_training = model.training
@@ -70,9 +70,9 @@ def score_labels(
     for start in range(0, len(prompt_ids), batch_size):
         chunk = [list(p) + prefix for p in prompt_ids[start : start + batch_size]]
         if distinct_first:
-            logp = _last_logprobs(model, chunk, pad_id)[:, first]
+            logp = _last_logprobs(model, chunk, pad)[:, first]
         else:
-            logp = torch.stack([_sequence_logprob(model, chunk, ids, pad_id) for ids in label_ids], dim=-1)
+            logp = torch.stack([_sequence_logprob(model, chunk, ids, pad) for ids in label_ids], dim=-1)
         rows.append(torch.softmax(logp, dim=-1))
     model.train(was_training)
     return torch.cat(rows) if rows else torch.zeros((0, labels.k))

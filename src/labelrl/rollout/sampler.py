@@ -159,6 +159,11 @@ def model_device(model: torch.nn.Module) -> torch.device:
     return next(model.parameters()).device
 
 
+def pad_id(tokenizer) -> int:
+    """The tokenizer's pad id, else its end-of-sequence id (padding is always masked out)."""
+    return tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+
+
 def cache_kwarg(model: torch.nn.Module) -> str:
     """The forward argument that takes the KV cache: ``cache`` in newer transformers 5.x,
     ``past_key_values`` before (still accepted, with a deprecation warning, until 5.40)."""

@@ -16,6 +16,7 @@ from labelrl.losses import policy_loss
 from labelrl.rewards.grade import RewardScale, success_threshold
 from labelrl.rewards.reward_fn import RewardConfig, score_completions
 from labelrl.rollout.logprobs import completion_logprobs_shared
+from labelrl.rollout.sampler import pad_id
 from labelrl.train.presets import resolve_preset
 from labelrl.train.setup import peak_memory_mb  # noqa: F401  (re-exported for the loop)
 from labelrl.types import LabelSpace
@@ -85,7 +86,7 @@ def _label_share(labels: LabelSpace, train_labels: list[str]) -> dict[str, float
 
 def sampling_options(cfg, tokenizer) -> dict:
     eos = [tokenizer.eos_token_id]
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    pad = pad_id(tokenizer)
     return dict(group_size=cfg.group_size, max_new_tokens=cfg.max_new_tokens, eos_token_ids=eos,
                 pad_token_id=pad, temperature=cfg.temperature, top_p=cfg.top_p, top_k=cfg.top_k)
 
@@ -184,7 +185,7 @@ def policy_loss_for_groups(run, batch: StepBatch, keep: list[int], old_logprobs,
     rows = [g * G + j for g in keep for j in range(G)]
     logprobs, mask = completion_logprobs_shared(
         run.model, [batch.prompt_ids[g] for g in keep], [batch.completion_ids[r] for r in rows], G,
-        pad_token_id=run.tokenizer.pad_token_id if run.tokenizer.pad_token_id is not None else run.tokenizer.eos_token_id,
+        pad_token_id=pad_id(run.tokenizer),
     )
     mask = mask & batch.loss_mask[rows].unsqueeze(1).to(mask.device)
     ref = None
@@ -207,7 +208,7 @@ def reference_logprobs(run, batch: StepBatch, keep: list[int], rows: list[int]) 
     with run.model.disable_adapter():
         ref, _ = completion_logprobs_shared(
             run.model, [batch.prompt_ids[g] for g in keep], [batch.completion_ids[r] for r in rows],
-            run.cfg.group_size, pad_token_id=run.tokenizer.pad_token_id or run.tokenizer.eos_token_id,
+            run.cfg.group_size, pad_token_id=pad_id(run.tokenizer),
         )
     return ref
 

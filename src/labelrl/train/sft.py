@@ -19,6 +19,7 @@ from labelrl.data.prompts import answer_target
 from labelrl.evaluate.metrics import basic_metrics
 from labelrl.evaluate.score import score_labels
 from labelrl.fileio import append_jsonl, atomic_write_json
+from labelrl.rollout.sampler import pad_id
 from labelrl.train.checkpoint import save_merged, save_model
 from labelrl.train.config import SFTConfig
 from labelrl.train.progress import StepProgress
@@ -59,7 +60,7 @@ def build_items(tokenizer, data: RunData, cfg: SFTConfig, traces: dict[str, str]
     return items
 
 
-def sft_loss(model, batch: list[SFTItem], pad_id: int) -> torch.Tensor:
+def sft_loss(model, batch: list[SFTItem], pad: int) -> torch.Tensor:
     """Mean cross-entropy over assistant tokens of a left-padded batch.
 
     Left padding puts every target at the end of its row, so the output projection (the
@@ -68,7 +69,7 @@ def sft_loss(model, batch: list[SFTItem], pad_id: int) -> torch.Tensor:
     """
     width = max(len(it.input_ids) for it in batch)
     n_keep = max(len(it.input_ids) - it.n_prompt for it in batch) + 1
-    ids = torch.full((len(batch), width), pad_id, dtype=torch.long)
+    ids = torch.full((len(batch), width), pad, dtype=torch.long)
     mask = torch.zeros((len(batch), width), dtype=torch.long)
     target = torch.full((len(batch), width), -100, dtype=torch.long)
     for i, it in enumerate(batch):
@@ -110,9 +111,8 @@ def greedy_answers(model, tokenizer, prompts: list[list[int]], data: RunData, *,
     from labelrl.rewards import parse_answer
     from labelrl.rollout import sample_groups
 
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     out = sample_groups(model, prompts, group_size=1, max_new_tokens=max_new_tokens,
-                        eos_token_ids=[tokenizer.eos_token_id], pad_token_id=pad, temperature=0.0)
+                        eos_token_ids=[tokenizer.eos_token_id], pad_token_id=pad_id(tokenizer), temperature=0.0)
     texts = tokenizer.batch_decode(out.completion_ids, skip_special_tokens=True)
     return [parse_answer(t, reasoning=True, labels=data.dataset.labels).answer for t in texts]
 
@@ -128,7 +128,7 @@ def run_sft(cfg: SFTConfig) -> dict:
     optimizer, scheduler = make_optimizer(model, cfg, total)
     accelerator = make_accelerator(cfg, run_dir, "sft")
     model, optimizer = accelerator.prepare(model, optimizer)
-    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    pad = pad_id(tokenizer)
     select_key = K.EVAL_BALANCED_ACCURACY if cfg.select_metric == "balanced_accuracy" else K.EVAL_ACCURACY
     best: dict = {"step": None, select_key: float("-inf")}
     metrics_path = run_dir / "sft_metrics.jsonl"
@@ -136,7 +136,7 @@ def run_sft(cfg: SFTConfig) -> dict:
     with StepProgress(total, "sft", quiet=cfg.quiet) as progress:
         for step in range(total):
             started = time.perf_counter()
-            loss = sft_loss(model, [items[i] for i in ordered_indices(len(items), step * cfg.batch_size, cfg.batch_size, cfg.seed)], pad_id)
+            loss = sft_loss(model, [items[i] for i in ordered_indices(len(items), step * cfg.batch_size, cfg.batch_size, cfg.seed)], pad)
             accelerator.backward(loss)
             grad_norm = accelerator.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
             optimizer.step()
