@@ -35,6 +35,7 @@ import numpy as np
 from labelrl.distill.reject import CONFIDENCE_EDGES, band_name, confidence_band, item_confidence
 from labelrl.evaluate.io import Predictions
 from labelrl.evaluate.metrics import bootstrap_weights, encode, metrics_from_weights
+from labelrl.types import canonical_label
 
 ROLES = ("direct_all", "direct_survivors", "cot")
 
@@ -70,10 +71,10 @@ def regressions(ids: Sequence[str], y_true: Sequence[str], direct_pred: Sequence
     bands: dict[str, list[int]] = {}
     regressed = []
     for i, t, d, c in zip(ids, y_true, direct_pred, cot_pred):
-        if d is None or d != t:
+        if d is None or canonical_label(d) != canonical_label(t):
             continue
         band = confidence_band(confidence[i]) if i in confidence else "unscored"
-        lost = c != t
+        lost = c is None or canonical_label(c) != canonical_label(t)
         bands.setdefault(band, []).append(int(lost))
         if lost:
             regressed.append(i)

@@ -22,14 +22,7 @@ import math
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any, Callable, Sequence
 
-import torch
 from packaging.version import Version
-
-from labelrl.advantages import compute_advantages
-from labelrl.advantages.diagnostics import advantage_diagnostics
-from labelrl.rewards.parse import parse_answer
-from labelrl.rewards.reward_fn import RewardConfig, completion_text, trl_reward_func
-from labelrl.types import LabelSpace
 
 SUPPORTED_TRL = ">=1.16,<1.17"
 _SUPPORTED_RELEASE = (1, 16)
@@ -61,7 +54,15 @@ def _installed_trl() -> str:
 
 check_trl_version(_installed_trl())
 
-from trl import GRPOTrainer  # noqa: E402  (only after the version check)
+# Only after the version check, so an unsupported TRL fails fast with the message above.
+import torch  # noqa: E402
+from trl import GRPOTrainer  # noqa: E402
+
+from labelrl.advantages import compute_advantages  # noqa: E402
+from labelrl.advantages.diagnostics import advantage_diagnostics  # noqa: E402
+from labelrl.rewards.parse import parse_answer  # noqa: E402
+from labelrl.rewards.reward_fn import RewardConfig, completion_text, trl_reward_func  # noqa: E402
+from labelrl.types import LabelSpace  # noqa: E402
 
 
 class CoRPOTrainer(GRPOTrainer):

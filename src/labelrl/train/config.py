@@ -62,6 +62,7 @@ class SFTConfig(DataOptions, ModelOptions):
     eval_limit: Optional[int] = Field(200, ge=1, description="Evaluate on at most N val items (all when empty).")
     select_metric: Literal["balanced_accuracy", "accuracy"] = Field("balanced_accuracy", description="Metric that picks the best checkpoint on val.")
     traces: Optional[Path] = Field(None, description="Reasoning mode: a traces file (from `labelrl distill`) whose kept traces are the targets.")
+    only_ids_from: Optional[Path] = Field(None, description="Train only on the items whose ids have a kept trace in this traces file (the matched-data control).")
     merge: bool = Field(False, description="Also save merged full weights (LoRA folded in) to RUN_DIR/merged.")
     shuffle_labels: bool = Field(False, description="Control: train on labels shuffled across items (teaches the answer format, not the task).")
 

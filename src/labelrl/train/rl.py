@@ -9,6 +9,7 @@ nothing here special-cases one.
 
 from __future__ import annotations
 
+import re
 import signal
 import time
 import warnings
@@ -133,7 +134,7 @@ def update_policy(run: RLRun, batch: parts.StepBatch) -> dict:
     with warnings.catch_warnings():
         # A step whose groups were all skipped makes no optimizer step, yet the schedule
         # still advances one step so it stays a function of the step number.
-        warnings.filterwarnings("ignore", message="Detected call of `lr_scheduler.step()`")
+        warnings.filterwarnings("ignore", message=re.escape("Detected call of `lr_scheduler.step()`"))
         run.scheduler.step()
     run.nonfinite_in_row = run.nonfinite_in_row + 1 if stats[K.NONFINITE_SKIPPED] else 0
     if run.nonfinite_in_row >= cfg.max_nonfinite:

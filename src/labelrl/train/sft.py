@@ -41,6 +41,12 @@ def build_items(tokenizer, data: RunData, cfg: SFTConfig, traces: dict[str, str]
         examples = [ex for ex in examples if ex.id in traces]
         if not examples:
             raise ValueError(f"--traces {cfg.traces}: no kept trace matches a training item id")
+    if cfg.only_ids_from is not None:
+        keep = load_kept_traces(cfg.only_ids_from)
+        examples = [ex for ex in examples if ex.id in keep]
+        if not examples:
+            raise ValueError(f"--only-ids-from {cfg.only_ids_from}: no kept trace matches a training item id; "
+                             "distill traces from this run's train split (--run-dir)")
     labels = [ex.label for ex in examples]
     if cfg.shuffle_labels:
         random.Random(cfg.seed).shuffle(labels)
