@@ -169,3 +169,24 @@ def test_infer_labels_and_kind():
     assert infer_kind(["0", "1"]) == "binary"
     assert infer_kind(["1", "2", "3"]) == "ordinal"
     assert infer_kind(["1", "2", "x"]) == "categorical"
+
+
+def test_a_trl_style_prompt_completion_dataset_loads_directly(tmp_path):
+    import datasets
+
+    from labelrl.data import load_dataset
+
+    rows = [
+        {"prompt": [{"role": "system", "content": "Label it."}, {"role": "user", "content": f"msg {i}"}],
+         "completion": [{"role": "assistant", "content": f"<answer>{'spam' if i % 2 else 'ham'}</answer>"}]}
+        for i in range(6)
+    ]
+    datasets.Dataset.from_list(rows).save_to_disk(str(tmp_path / "conv"))
+    plain = [{"prompt": f"text {i}", "completion": "spam" if i % 3 == 0 else "ham"} for i in range(6)]
+    datasets.Dataset.from_list(plain).to_parquet(str(tmp_path / "plain.parquet"))
+
+    conv = load_dataset(str(tmp_path / "conv"))
+    assert [ex.text for ex in conv.examples[:2]] == ["msg 0", "msg 1"]  # the user turn only
+    assert [ex.label for ex in conv.examples[:2]] == ["ham", "spam"] and conv.labels.kind == "binary"
+    flat = load_dataset(str(tmp_path / "plain.parquet"))
+    assert flat.label_counts() == {"ham": 4, "spam": 2}

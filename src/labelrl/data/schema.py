@@ -85,6 +85,9 @@ def _is_missing(value: Any) -> bool:
     return value is None or (isinstance(value, float) and math.isnan(value))
 
 
+_ANSWER_ONLY = re.compile(r"\s*<answer>(.*?)</answer>\s*", re.DOTALL)
+
+
 def scalar_to_str(value: Any) -> str | None:
     """A label or id as a string: ints and bools by ``str``, integral floats without ".0"
     (1.0 → "1"), strings trimmed; None for a missing or empty value.
@@ -129,6 +132,8 @@ def resolve_columns(
         texts = defaults.text_cols
     elif "text" in table.columns:
         texts = ("text",)
+    elif "prompt" in table.columns:  # a TRL-style prompt/completion dataset
+        texts = ("prompt",)
     else:
         raise ValueError(f"{table.source}: no 'text' column; name the text column(s) with --text-col (available columns: {available})")
     if label_col:
@@ -137,6 +142,8 @@ def resolve_columns(
         label = defaults.label_col
     elif "label" in table.columns:
         label = "label"
+    elif "completion" in table.columns:
+        label = "completion"
     else:
         raise ValueError(f"{table.source}: no 'label' column; name it with --label-col (available columns: {available})")
     if id_col:
@@ -148,7 +155,27 @@ def resolve_columns(
     return ColumnSpec(text_cols=texts, label_col=label, id_col=ident)
 
 
+def _message_text(value: Any, role: str) -> str | None:
+    """The text of a TRL-style conversational cell (a list of {"role", "content"} dicts):
+    its ``role`` messages joined; None when ``value`` is not such a list."""
+    if not isinstance(value, (list, tuple)) or not value or not all(
+        isinstance(m, dict) and "role" in m and "content" in m for m in value
+    ):
+        return None
+    chosen = [str(m["content"]) for m in value if m["role"] == role]
+    return "\n".join(chosen) if chosen else None
+
+
+def _unwrap_answer(text: str) -> str:
+    """A TRL-style completion ``<answer>spam</answer>`` names the label ``spam``."""
+    match = _ANSWER_ONLY.fullmatch(text)
+    return match.group(1).strip() if match else text
+
+
 def _text_value(row: int, column: str, value: Any) -> str | RowProblem:
+    conversational = _message_text(value, "user")
+    if conversational is not None:
+        value = conversational
     if _is_missing(value):
         return RowProblem(row, column, value, "missing text")
     if isinstance(value, bool) or not isinstance(value, (str, int, float)):
@@ -181,9 +208,12 @@ def _draft(row: int, values: dict[str, Any], spec: ColumnSpec) -> _Draft | RowPr
         if isinstance(text, RowProblem):
             return text
         fields[column] = text
-    label = _scalar_value(row, spec.label_col, values.get(spec.label_col), "label", "give every row a label")
+    raw_label = values.get(spec.label_col)
+    raw_label = _message_text(raw_label, "assistant") or raw_label
+    label = _scalar_value(row, spec.label_col, raw_label, "label", "give every row a label")
     if isinstance(label, RowProblem):
         return label
+    label = _unwrap_answer(label)
     if len(fields) == 1:
         text = next(iter(fields.values()))
     else:
