@@ -30,7 +30,7 @@ class DemoConfig(BaseModel):
     data: str = Field("sms-spam", description="Built-in dataset or file to run on.")
     limit: int = Field(400, ge=8, description="Training items used (a subsample keeps the CPU demo short).")
     sft_steps: int = Field(48, ge=1, description="SFT optimizer steps (batch 8).")
-    rl_steps: int = Field(20, ge=1, description="RL steps per RL arm.")
+    rl_steps: int = Field(12, ge=1, description="RL steps per RL arm.")
     eval_limit: int = Field(128, ge=8, description="Val items scored for the comparison table.")
     threshold: float = Field(0.5, description="CoRPO correctness threshold τ (0/1 rewards: 0.5).")
     seed: int = Field(0, description="Seed of every arm.")
