@@ -67,9 +67,17 @@ def test_distill_cli_exact_summary(app, data, tmp_path):
         s = json.loads(summary.read_text())
         assert s["overall"]["survival_rate"] == 1.0 and s["overall"]["n_kept_traces"] == 6
         assert "Trace survival" in result.output
-        # a re-run asks nothing
-        assert runner.invoke(app, args).exit_code == 0 and len(server.requests) == 6
-    assert json.loads((tmp_path / "traces.summary.json").read_text()) == s
+        # a re-run asks nothing; with the direct model's predictions it also bands survival by confidence
+        ids = [f"s{k}" for k in range(6)]
+        probs = np.array([[0.05, 0.95]] * 4 + [[0.35, 0.65]] * 2)  # confidence 0.95 ×4, 0.65 ×2
+        table = predictions_table(ids, ["spam"] * 6, ["spam"] * 6, ["ok"] * 6, SPACE, probs)
+        difficulty = write_predictions(Predictions(table, SPACE), tmp_path / "direct.parquet")
+        result = runner.invoke(app, [*args, "--difficulty", str(difficulty)])
+        assert result.exit_code == 0, result.output
+        assert len(server.requests) == 6
+    banded = json.loads(summary.read_text())["by_confidence"]
+    assert {k: v["n_items"] for k, v in banded.items()} == {"[0.60, 0.70)": 2, "[0.90, 1.00]": 4}
+    assert json.loads((tmp_path / "traces.summary.json").read_text())["overall"] == s["overall"]
 
 
 def test_distill_cli_bad_input_one_line(app, data, tmp_path):

@@ -215,6 +215,10 @@ def register(app: typer.Typer) -> None:
             err_console.print("interrupted: attempts made so far are kept in the journal; re-run the same command to resume")
             raise typer.Exit(130)
 
+    _register_compare(app)
+
+
+def _register_compare(app: typer.Typer) -> None:
     @app.command("compare", help="Direct SFT on all items vs direct SFT on the distill survivors vs CoT-SFT on them: "
                  "balanced accuracy with intervals, filter and objective effects, per-item regressions.")
     def compare(

@@ -18,7 +18,7 @@ app = typer.Typer(
 )
 
 # Command modules under labelrl.cli; each defines register(app).
-COMMAND_MODULES = ("data", "train", "audit", "relabel", "demo", "evaluate", "export")
+COMMAND_MODULES = ("data", "train", "audit", "relabel", "demo", "evaluate", "export", "distill")
 
 for _name in COMMAND_MODULES:
     importlib.import_module(f"labelrl.cli.{_name}").register(app)
