@@ -107,24 +107,15 @@ def load_items(
     """Read and validate ``data`` (a built-in name or a file, as ``labelrl.data.load_dataset``),
     keeping each row's original columns. Every row must be valid: relabel writes every row
     back, so none may be skipped. ``limit`` keeps the first N rows."""
-    from labelrl.data.builtin import BUILTIN_DATASETS
-    from labelrl.data.load import read_table
-    from labelrl.data.schema import ColumnSpec, RawTable, build_examples, resolve_columns
+    from labelrl.data.load import read_source
+    from labelrl.data.schema import build_examples, resolve_columns
 
     if isinstance(labels, str):
         labels = [x.strip() for x in labels.split(",") if x.strip()]
     if limit is not None and limit < 1:
         raise ValueError(f"--limit {limit}: must be 1 or more rows (leave it out for all rows)")
-    name, path, defaults, spaces = str(data), None, None, {}
-    if name in BUILTIN_DATASETS:
-        builtin = BUILTIN_DATASETS.get(name).read()
-        table = RawTable(name, builtin.columns, builtin.rows)
-        defaults = ColumnSpec(builtin.text_cols, builtin.label_col, builtin.id_col)
-        spaces = builtin.label_spaces
-    else:
-        path = Path(data)
-        table = read_table(path)
-        name = path.stem if path.is_file() else path.name
+    name, table, defaults, spaces = read_source(data)
+    path = None if defaults is not None else Path(data)
     spec = resolve_columns(table, list(text_cols) if text_cols else None, label_col, None, defaults)
     examples, space, _ = build_examples(
         table, spec, labels=labels, default_space=spaces.get(spec.label_col), on_bad_row="error"

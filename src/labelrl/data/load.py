@@ -133,6 +133,19 @@ def read_table(path: Path) -> RawTable:
     raise ValueError(f"{path}: unknown file type {suffix or '(no extension)'!r}; give {accepted_forms()}")
 
 
+def read_source(source: str | Path) -> tuple[str, RawTable, ColumnSpec | None, dict]:
+    """A built-in name or a file, read into a raw table: (dataset name, table, the
+    built-in's default columns or None, the built-in's label spaces by column)."""
+    name = str(source)
+    if name in BUILTIN_DATASETS:
+        builtin = BUILTIN_DATASETS.get(name).read()
+        table = RawTable(name, builtin.columns, builtin.rows)
+        return name, table, ColumnSpec(builtin.text_cols, builtin.label_col, builtin.id_col), builtin.label_spaces
+    path = Path(source)
+    table = read_table(path)
+    return (path.stem if path.is_file() else path.name), table, None, {}
+
+
 def load_dataset(
     source: str | Path,
     *,
@@ -162,17 +175,7 @@ def load_dataset(
         text_cols = [text_cols]
     if isinstance(labels, str):
         labels = [x.strip() for x in labels.split(",") if x.strip()]
-    name = str(source)
-    defaults, default_spaces = None, {}
-    if name in BUILTIN_DATASETS:
-        builtin = BUILTIN_DATASETS.get(name).read()
-        table = RawTable(name, builtin.columns, builtin.rows)
-        defaults = ColumnSpec(builtin.text_cols, builtin.label_col, builtin.id_col)
-        default_spaces = builtin.label_spaces
-    else:
-        path = Path(source)
-        table = read_table(path)
-        name = path.stem if path.is_file() else path.name
+    name, table, defaults, default_spaces = read_source(source)
     spec = resolve_columns(table, text_cols, label_col, id_col, defaults)
     examples, space, skipped = build_examples(
         table, spec, labels=labels, kind=kind, positive=positive,
