@@ -171,3 +171,12 @@ def test_metrics_reach_tensorboard_with_the_same_names(warm_model, toy_data, rl_
         scalars = acc.Scalars(key)
         assert [s.step for s in scalars] == [1, 2]
         assert [s.value for s in scalars] == pytest.approx([r[key] for r in records], rel=1e-6)
+
+
+def test_random_reward_control_draws_rewards_independently_of_the_answer(warm_model, toy_data, rl_config, tmp_path):
+    out = tmp_path / "random"
+    rl.run_rl(rl_config(warm_model, toy_data, out, steps=2, prompts_per_step=4, group_size=4, random_reward=True))
+    table = read_rollouts(out).to_pylist()
+    assert {row["reward"] for row in table} == {0.0, 1.0}
+    graded = [1.0 if row["answer"] == row["label"] else 0.0 for row in table]
+    assert [row["reward"] for row in table] != graded  # the grader's verdict is not the reward
