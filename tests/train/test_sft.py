@@ -65,3 +65,14 @@ def test_lora_sft_saves_an_adapter_and_merged_weights(toy_data, tmp_path):
 def test_reasoning_mode_needs_traces(tmp_path):
     with pytest.raises(ValueError, match="pass --traces"):
         SFTConfig(data="sms-spam", out=tmp_path, mode="reasoning")
+
+
+def test_skipped_bad_rows_are_reported_and_saved_in_the_run_dir(toy_data, tmp_path, capfd):
+    data = tmp_path / "with_bad.jsonl"
+    data.write_text(toy_data.read_text() + json.dumps({"id": "bad1", "text": "", "label": "yes"}) + "\n")
+    cfg = SFTConfig(model="tiny-random", data=str(data), out=tmp_path / "run", on_bad_row="skip", max_steps=1,
+                    batch_size=2, eval_every=1, eval_limit=2, lora=False, quiet=True)
+    run_sft(cfg)
+    skipped = read_jsonl(tmp_path / "run" / "skipped_rows.jsonl")
+    assert len(skipped) == 1 and skipped[0]["reason"] == "empty text"
+    assert "skipped 1 bad rows" in capfd.readouterr().err

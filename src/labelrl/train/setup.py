@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import math
 import random
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 import yaml
 
-from labelrl.data import load_dataset
+from labelrl.data import load_dataset, write_skipped_rows
 from labelrl.data.prompts import render_messages, render_prompt
 from labelrl.data.split import load_or_make_splits, select
 from labelrl.fileio import atomic_write_text
@@ -54,6 +55,9 @@ def prepare_data(cfg: DataOptions, run_dir: Path) -> RunData:
         kind=cfg.kind,
         on_bad_row=cfg.on_bad_row,
     )
+    if dataset.skipped_rows:  # --on-bad-row skip: said and saved, never silent
+        saved = write_skipped_rows(dataset, run_dir / "skipped_rows.jsonl")
+        print(f"skipped {len(dataset.skipped_rows)} bad rows of {cfg.data}; the list is in {saved}", file=sys.stderr)
     splits = load_or_make_splits(dataset, run_dir, seed=cfg.split_seed)
     train = select(dataset, splits, "train")
     if cfg.limit is not None:
