@@ -84,3 +84,48 @@ def read_jsonl(path: Path) -> list[dict]:
         except json.JSONDecodeError:
             break
     return records
+
+
+class RunLock:
+    """One writer per run directory: ``with RunLock(run_dir, "rl"):``.
+
+    An advisory ``flock`` on ``RUN_DIR/.lock`` (released by the OS when the process dies, so a
+    killed run never leaves a stale lock); the holder's pid and command are written inside so
+    a refused second writer can name it.
+    """
+
+    def __init__(self, run_dir: Path, command: str) -> None:
+        self.path = Path(run_dir) / ".lock"
+        self.command = command
+        self._handle = None
+
+    def __enter__(self) -> "RunLock":
+        import fcntl
+
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            handle = open(self.path, "a+", encoding="utf-8")
+        except OSError as exc:
+            raise ValueError(
+                f"--out {self.path.parent}: cannot write there ({exc.strerror}); choose a writable directory"
+            ) from None
+        try:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            holder = handle.read().strip() or "another process"
+            handle.close()
+            raise ValueError(
+                f"{self.path.parent} is in use by {holder}; wait for it to finish, or write to another --out"
+            ) from None
+        handle.seek(0)
+        handle.truncate()
+        handle.write(f"pid {os.getpid()} (labelrl {self.command})")
+        handle.flush()
+        self._handle = handle
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._handle is not None:
+            self._handle.close()  # closing the descriptor releases the lock
+            self._handle = None

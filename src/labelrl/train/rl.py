@@ -19,15 +19,15 @@ import torch
 
 from labelrl import metrics_keys as K
 from labelrl.advantages.diagnostics import advantage_diagnostics
-from labelrl.fileio import append_jsonl, atomic_write_json, read_jsonl
+from labelrl.fileio import RunLock, append_jsonl, atomic_write_json, read_jsonl
 from labelrl.rollout import BACKENDS
 from labelrl.rollout.log import drop_steps_from, write_step
 from labelrl.train import rl_parts as parts
-from labelrl.train.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint, save_model
+from labelrl.train.checkpoint import KEEP_LAST, latest_checkpoint, load_checkpoint, save_checkpoint, save_model
 from labelrl.train.config import RLConfig
 from labelrl.train.progress import StepProgress
 from labelrl.train.setup import (
-    init_run_dir, make_accelerator, make_optimizer, ordered_indices, prepare_data, prepare_model, prompt_ids,
+    init_run_dir, make_accelerator, make_optimizer, ordered_indices, preflight, prepare_data, prepare_model, prompt_ids,
 )
 
 METRICS_FILE = "metrics.jsonl"
@@ -64,9 +64,11 @@ def start_run(cfg: RLConfig) -> RLRun:
     optimizer, scheduler = make_optimizer(model, cfg, cfg.steps)
     accelerator = make_accelerator(cfg, run_dir, "rl")
     model, optimizer = accelerator.prepare(model, optimizer)
+    train_prompts = prompt_ids(tokenizer, data.train, data, cfg.mode)
+    preflight(model, train_prompts, cfg.max_new_tokens, run_dir, checkpoints=KEEP_LAST + 1)
     run = RLRun(cfg, run_dir, data, model, tokenizer, optimizer, scheduler,
                 algo=parts.resolve_algorithm(cfg, data.dataset.labels, [ex.label for ex in data.train]),
-                train_prompts=prompt_ids(tokenizer, data.train, data, cfg.mode), accelerator=accelerator)
+                train_prompts=train_prompts, accelerator=accelerator)
     if cfg.resume:
         ckpt = latest_checkpoint(run_dir)
         if ckpt is None:
@@ -167,7 +169,13 @@ def rl_step(run: RLRun) -> dict:
 
 
 def run_rl(cfg: RLConfig) -> dict:
-    """Train for ``cfg.steps`` steps; returns the summary also saved as ``rl_summary.json``."""
+    """Train for ``cfg.steps`` steps; returns the summary also saved as ``rl_summary.json``.
+    The run directory is locked for the whole run: a second writer is refused."""
+    with RunLock(cfg.out, "rl"):
+        return _run_rl_locked(cfg)
+
+
+def _run_rl_locked(cfg: RLConfig) -> dict:
     run = start_run(cfg)
 
     def request_stop(signum, frame):  # finish the step in flight, checkpoint, stop

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import random
+import shutil
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -12,7 +13,7 @@ import torch
 import yaml
 
 from labelrl.data import load_dataset, write_skipped_rows
-from labelrl.data.prompts import render_messages, render_prompt
+from labelrl.data.prompts import check_labels_expressible, render_messages, render_prompt
 from labelrl.data.split import load_or_make_splits, select
 from labelrl.fileio import atomic_write_text
 from labelrl.models import BUILTIN_MODELS, load_model
@@ -55,6 +56,7 @@ def prepare_data(cfg: DataOptions, run_dir: Path) -> RunData:
         kind=cfg.kind,
         on_bad_row=cfg.on_bad_row,
     )
+    check_labels_expressible(dataset.labels)
     if dataset.skipped_rows:  # --on-bad-row skip: said and saved, never silent
         saved = write_skipped_rows(dataset, run_dir / "skipped_rows.jsonl")
         print(f"skipped {len(dataset.skipped_rows)} bad rows of {cfg.data}; the list is in {saved}", file=sys.stderr)
@@ -81,6 +83,31 @@ def prompt_ids(tokenizer, examples: list[Example], data: RunData, mode: str) -> 
         text = render_prompt(tokenizer, messages)
         out.append(tokenizer(text, add_special_tokens=False)["input_ids"])
     return out
+
+
+def preflight(model, prompts: list[list[int]], new_tokens: int, run_dir: Path, *, checkpoints: int) -> None:
+    """Checks that fail in seconds rather than hours into a run, each with one clear message:
+    every prompt plus ``new_tokens`` fits the model's context, and the run directory has
+    room for ``checkpoints`` checkpoints (trainable weights and two AdamW moments) and the
+    saved model."""
+    context = getattr(getattr(model, "config", None), "max_position_embeddings", None)
+    if context:
+        too_long = [len(p) for p in prompts if len(p) + new_tokens > context]
+        if too_long:
+            raise ValueError(
+                f"{len(too_long)} of {len(prompts)} prompts (longest {max(too_long)} tokens) plus {new_tokens} "
+                f"new tokens exceed the model's context of {context} tokens; shorten the texts, lower the "
+                "token cap, or leave those items out of the data"
+            )
+    trainable = sum(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad)
+    total = sum(p.numel() * p.element_size() for p in model.parameters())
+    needed = 3 * trainable * checkpoints + total
+    free = shutil.disk_usage(run_dir).free
+    if free < needed:
+        raise ValueError(
+            f"--out {run_dir}: {free / 2**20:.0f} MiB free, but checkpoints and the saved model need about "
+            f"{needed / 2**20:.0f} MiB; free some space or choose another --out"
+        )
 
 
 def resolve_model_spec(spec: str) -> str:

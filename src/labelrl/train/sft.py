@@ -18,13 +18,13 @@ from labelrl import metrics_keys as K
 from labelrl.data.prompts import answer_target
 from labelrl.evaluate.metrics import basic_metrics
 from labelrl.evaluate.score import score_labels
-from labelrl.fileio import append_jsonl, atomic_write_json
+from labelrl.fileio import RunLock, append_jsonl, atomic_write_json
 from labelrl.rollout.sampler import pad_id
 from labelrl.train.checkpoint import save_merged, save_model
 from labelrl.train.config import SFTConfig
 from labelrl.train.progress import StepProgress
 from labelrl.train.setup import (
-    RunData, init_run_dir, make_accelerator, make_optimizer, model_device, ordered_indices, peak_memory_mb, prepare_data, prepare_model, prompt_ids,
+    RunData, init_run_dir, make_accelerator, make_optimizer, model_device, ordered_indices, preflight, peak_memory_mb, prepare_data, prepare_model, prompt_ids,
 )
 
 
@@ -124,12 +124,19 @@ def greedy_answers(model, tokenizer, prompts: list[list[int]], data: RunData, *,
 
 
 def run_sft(cfg: SFTConfig) -> dict:
-    """Train, evaluate, keep the best model; returns the summary also saved as ``sft_summary.json``."""
+    """Train, evaluate, keep the best model; returns the summary also saved as ``sft_summary.json``.
+    The run directory is locked for the whole run: a second writer is refused."""
+    with RunLock(cfg.out, "sft"):
+        return _run_sft_locked(cfg)
+
+
+def _run_sft_locked(cfg: SFTConfig) -> dict:
     run_dir = init_run_dir(cfg, "sft")
     data = prepare_data(cfg, run_dir)
     model, tokenizer = prepare_model(cfg)
     traces = load_kept_traces(cfg.traces) if cfg.mode == "reasoning" else None
     items = build_items(tokenizer, data, cfg, traces)
+    preflight(model, [it.input_ids for it in items], 0, run_dir, checkpoints=1)
     total = cfg.max_steps or max(1, round(cfg.epochs * len(items) / cfg.batch_size))
     optimizer, scheduler = make_optimizer(model, cfg, total)
     accelerator = make_accelerator(cfg, run_dir, "sft")

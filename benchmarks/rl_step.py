@@ -1,0 +1,302 @@
+"""RL step throughput: labelrl's RL step against TRL 1.16's GRPOTrainer, side by side.
+
+    .venv/bin/python benchmarks/rl_step.py [--json OUT] [--steps N] [--group-sizes 4 8] [--threads T]
+
+Same model (SmolLM2-135M-Instruct, LoRA r=16, alpha 32, all linear layers, same seed), same
+data (sms-spam training prompts rendered by labelrl's prompt template), same shape (2 prompts
+× G completions, at most 32 new tokens, temperature 1), CPU, and identical grading (labelrl's
+grader; TRL gets it through ``labelrl.rewards.reward_fn.trl_reward_func`` with the reward
+settings labelrl's trainer resolves). Each framework runs one warm-up step, then ``--steps``
+timed steps; figures are medians over the timed steps.
+
+Rows per G:
+
+- ``labelrl`` — the default trainer. The raw model never writes ``<answer>…</answer>``, so
+  every group is uniform (reward 0, advantages 0) and the skip rule drops the whole
+  training pass: this row times sampling and grading only.
+- ``labelrl (no skip)`` — ``skip_uninformative=False``: the training pass runs on every
+  group, as TRL's does; this is the fair comparison and the one ``ratio_vs_trl`` uses.
+- ``trl`` — ``GRPOTrainer.train()`` with ``max_steps = 1 + steps``; a callback records the
+  end time of each optimizer step.
+
+Each row runs in its own subprocess (the script re-invokes itself with ``--only``) so that
+peak resident memory is that framework's alone. Rows of one G run one after the other;
+the machine is shared and noisy, so compare ratios within one invocation, not absolute
+figures across runs.
+
+Model FLOP/s = (2 × P × generated tokens + 4 × P × trained tokens) / step seconds, P the
+base model's parameters: a forward pass costs about 2 FLOPs per weight per token, the
+backward pass through frozen weights (LoRA) about 2 more for the activation gradients; the
+LoRA weight gradients are negligible. Trained tokens are prompt + completion tokens of every
+sequence in the training pass (labelrl's shared-prompt pass counts each prompt once per
+group, so its figure is the work it did, not the work a plain pass would do). Prompt prefill
+during sampling is left out. Next to it, the FLOP/s of a 2048×2048 fp32 matrix product.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import torch  # noqa: E402
+from rich.console import Console  # noqa: E402
+from rich.table import Table  # noqa: E402
+
+MODEL = "smollm2-135m-instruct"
+DATA = "sms-spam"
+PROMPTS_PER_STEP = 2
+MAX_NEW_TOKENS = 32
+SEED = 0
+LEARNING_RATE = 1e-4
+VARIANTS = ("labelrl", "labelrl_noskip", "trl")
+LABELS = {"labelrl": "labelrl", "labelrl_noskip": "labelrl (no skip)", "trl": "trl"}
+RESULT_MARK = "RL_STEP_RESULT "
+
+
+def rl_config(group_size: int, steps: int, out: Path, skip: bool):
+    from labelrl.train.config import RLConfig
+
+    return RLConfig(
+        model=MODEL, data=DATA, lora=True, lora_r=16, lora_alpha=32, group_size=group_size,
+        prompts_per_step=PROMPTS_PER_STEP, max_new_tokens=MAX_NEW_TOKENS, steps=steps, quiet=True,
+        out=out, seed=SEED, learning_rate=LEARNING_RATE, skip_uninformative=skip,
+        checkpoint_every=10_000,
+    )
+
+
+def base_params(model) -> int:
+    """Parameters of the base model (LoRA adapter weights excluded)."""
+    return sum(p.numel() for n, p in model.named_parameters() if "lora_" not in n)
+
+
+def run_labelrl(group_size: int, steps: int, skip: bool, out: Path) -> dict:
+    """One warm-up and ``steps`` timed calls of ``labelrl.train.rl.rl_step``."""
+    from labelrl import metrics_keys as K
+    from labelrl.train.rl import rl_step, start_run
+    from labelrl.train.setup import peak_memory_mb
+
+    run = start_run(rl_config(group_size, 1 + steps, out, skip))
+    n_params = base_params(run.model)
+    seconds, generated, trained, skipped, rewards = [], [], [], [], []
+    for index in range(1 + steps):
+        started = time.perf_counter()
+        record = rl_step(run)
+        elapsed = time.perf_counter() - started
+        if index == 0:
+            continue  # warm-up
+        seconds.append(elapsed)
+        generated.append(record[K.LENGTH_MEAN] * PROMPTS_PER_STEP * group_size)
+        trained.append(record["train/token_passes"])
+        skipped.append(record[K.SKIPPED])
+        rewards.append(record[K.REWARD_MEAN])
+    return {"seconds": seconds, "generated_tokens": generated, "trained_tokens": trained,
+            "groups_skipped": skipped, "reward_mean": rewards, "params": n_params,
+            "peak_rss_mb": peak_memory_mb()}
+
+
+def trl_dataset_and_reward(group_size: int, steps: int, out: Path):
+    """The prompts labelrl draws for its first ``1 + steps`` steps (as text), with labels,
+    and labelrl's reward in TRL's signature, resolved exactly as labelrl's trainer does."""
+    from datasets import Dataset
+
+    from labelrl.data.prompts import render_messages, render_prompt
+    from labelrl.models import load_model
+    from labelrl.rewards.reward_fn import trl_reward_func
+    from labelrl.train import rl_parts as parts
+    from labelrl.train.setup import init_run_dir, ordered_indices, prepare_data
+
+    cfg = rl_config(group_size, 1 + steps, out, True)
+    data = prepare_data(cfg, init_run_dir(cfg, "rl"))
+    algo = parts.resolve_algorithm(cfg, data.dataset.labels, [ex.label for ex in data.train])
+    torch.manual_seed(SEED)
+    model, tokenizer = load_model(MODEL)
+    picked = ordered_indices(len(data.train), 0, (1 + steps) * PROMPTS_PER_STEP, SEED)
+    examples = [data.train[i] for i in picked]
+    texts = [render_prompt(tokenizer, render_messages(ex, labels=data.dataset.labels, mode=cfg.mode, rubric=data.rubric))
+             for ex in examples]
+    dataset = Dataset.from_dict({"prompt": texts, "label": [ex.label for ex in examples]})
+    eos = [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else None
+    reward = trl_reward_func(algo.reward, "label", max_completion_length=MAX_NEW_TOKENS, eos_token_ids=eos)
+    return model, tokenizer, dataset, reward
+
+
+def run_trl(group_size: int, steps: int, out: Path) -> dict:
+    """``GRPOTrainer.train()`` for ``1 + steps`` steps; step times from a callback."""
+    from peft import LoraConfig
+    from transformers import TrainerCallback
+    from trl import GRPOConfig, GRPOTrainer
+
+    from labelrl.train.setup import peak_memory_mb
+
+    model, tokenizer, dataset, reward = trl_dataset_and_reward(group_size, steps, out / "data")
+    n_params = base_params(model)
+    lengths: list[list[int]] = []
+
+    def counting_reward(prompts=None, completions=None, completion_ids=None, **columns):
+        lengths.append([len(ids) for ids in completion_ids])
+        return reward(prompts=prompts, completions=completions, completion_ids=completion_ids, **columns)
+
+    counting_reward.__name__ = reward.__name__
+    prompt_tokens = [len(tokenizer(t, add_special_tokens=False)["input_ids"]) for t in dataset["prompt"]]
+    marks: list[float] = []
+
+    class StepTimes(TrainerCallback):
+        def on_train_begin(self, args, state, control, **kwargs):
+            marks.append(time.perf_counter())
+
+        def on_step_end(self, args, state, control, **kwargs):
+            marks.append(time.perf_counter())
+
+    args = GRPOConfig(
+        output_dir=str(out / "trl"), per_device_train_batch_size=PROMPTS_PER_STEP * group_size,
+        num_generations=group_size, max_completion_length=MAX_NEW_TOKENS, use_cpu=True, bf16=False,
+        report_to=[], logging_steps=1, save_strategy="no", max_steps=1 + steps, learning_rate=LEARNING_RATE,
+        seed=SEED, beta=0.0, temperature=1.0, top_p=1.0, max_grad_norm=1.0, disable_tqdm=True,
+    )
+    lora = LoraConfig(r=16, lora_alpha=32, lora_dropout=0.0, target_modules="all-linear", task_type="CAUSAL_LM")
+    torch.manual_seed(SEED)
+    trainer = GRPOTrainer(model=model, reward_funcs=[counting_reward], args=args, train_dataset=dataset,
+                          processing_class=tokenizer, peft_config=lora, callbacks=[StepTimes()])
+    trainer.train()
+    step_seconds = [b - a for a, b in zip(marks, marks[1:])][1:]
+    generated = [sum(step) for step in lengths][1:]
+    mean_prompt = statistics.mean(prompt_tokens)
+    # TRL's training pass forwards every sequence, prompt included, G times per prompt.
+    trained = [sum(step) + len(step) * mean_prompt for step in lengths][1:]
+    rewards = [h["reward"] for h in trainer.state.log_history if "reward" in h][1:]
+    return {"seconds": step_seconds, "generated_tokens": generated, "trained_tokens": trained,
+            "groups_skipped": [0] * len(step_seconds), "reward_mean": rewards, "params": n_params,
+            "peak_rss_mb": peak_memory_mb()}
+
+
+def run_only(args) -> None:
+    """Child process: one variant at one G; prints one JSON result line."""
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    group_size = args.group_sizes[0]
+    with tempfile.TemporaryDirectory(prefix="rl_step_") as tmp:
+        out = Path(tmp)
+        if args.only == "trl":
+            result = run_trl(group_size, args.steps, out)
+        else:
+            result = run_labelrl(group_size, args.steps, args.only == "labelrl", out / "run")
+    result.update(variant=args.only, group_size=group_size, torch_threads=torch.get_num_threads())
+    print(RESULT_MARK + json.dumps(result), flush=True)
+
+
+def child(variant: str, group_size: int, args) -> dict:
+    command = [sys.executable, __file__, "--only", variant, "--steps", str(args.steps), "--group-sizes", str(group_size)]
+    if args.threads:
+        command += ["--threads", str(args.threads)]
+    done = subprocess.run(command, capture_output=True, text=True)
+    lines = [ln for ln in done.stdout.splitlines() if ln.startswith(RESULT_MARK)]
+    if done.returncode != 0 or not lines:
+        sys.stderr.write(done.stderr[-4000:])
+        raise RuntimeError(f"{variant} at G={group_size} failed (exit {done.returncode}); its stderr is above")
+    return json.loads(lines[-1][len(RESULT_MARK):])
+
+
+def summarise(raw: dict) -> dict:
+    """Medians of one variant's timed steps."""
+    step_s = statistics.median(raw["seconds"])
+    generated = statistics.median(raw["generated_tokens"])
+    trained = statistics.median(raw["trained_tokens"])
+    return {
+        "steps_per_s": 1 / step_s, "step_s_median": step_s, "step_s": raw["seconds"],
+        "generated_tokens_per_s": generated / step_s,
+        "model_flops": (2 * raw["params"] * generated + 4 * raw["params"] * trained) / step_s,
+        "generated_tokens_median": generated, "trained_tokens_median": trained,
+        "groups_skipped": raw["groups_skipped"], "reward_mean": raw["reward_mean"],
+        "peak_rss_mb": raw["peak_rss_mb"],
+    }
+
+
+def matmul_flops(size: int = 2048, repeats: int = 5) -> float:
+    """FLOP/s of an fp32 ``size``×``size`` matrix product (2·n³ FLOPs), median of ``repeats``."""
+    a, b = torch.randn(size, size), torch.randn(size, size)
+    a @ b  # warm-up
+    times = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        a @ b
+        times.append(time.perf_counter() - started)
+    return 2 * size**3 / statistics.median(times)
+
+
+def measure_group(group_size: int, args) -> dict:
+    rows = {variant: summarise(child(variant, group_size, args)) for variant in VARIANTS}
+    return {
+        "group_size": group_size, "rows": rows,
+        "labelrl_steps_per_s": rows["labelrl_noskip"]["steps_per_s"],
+        "labelrl_skip_steps_per_s": rows["labelrl"]["steps_per_s"],
+        "trl_steps_per_s": rows["trl"]["steps_per_s"],
+        "ratio_vs_trl": rows["labelrl_noskip"]["steps_per_s"] / rows["trl"]["steps_per_s"],
+        "ratio_vs_trl_with_skip": rows["labelrl"]["steps_per_s"] / rows["trl"]["steps_per_s"],
+    }
+
+
+def render(report: dict) -> None:
+    table = Table(title=f"RL step, SmolLM2-135M + LoRA r=16, {PROMPTS_PER_STEP} prompts × G, ≤{MAX_NEW_TOKENS} new tokens, "
+                        f"median of {report['steps']} steps after 1 warm-up")
+    for column in ("G", "framework", "s/step", "steps/s", "vs trl", "gen tok/s", "GFLOP/s", "peak RSS MB",
+                   "groups skipped", "reward"):
+        table.add_column(column, justify="right")
+    for cell in report["results"]:
+        trl = cell["rows"]["trl"]["steps_per_s"]
+        for variant in VARIANTS:
+            row = cell["rows"][variant]
+            table.add_row(
+                str(cell["group_size"]), LABELS[variant], f"{row['step_s_median']:.2f}", f"{row['steps_per_s']:.3f}",
+                f"{row['steps_per_s'] / trl:.2f}×", f"{row['generated_tokens_per_s']:.1f}",
+                f"{row['model_flops'] / 1e9:.2f}", f"{row['peak_rss_mb']:.0f}",
+                "/".join(str(s) for s in row["groups_skipped"]),
+                "/".join(f"{r:.2f}" for r in row["reward_mean"]),
+            )
+    console = Console(width=max(Console().width, 130))
+    console.print(table)
+    console.print(f"fp32 2048×2048 matmul: {report['matmul_flops'] / 1e9:.1f} GFLOP/s; model FLOP/s = "
+                  "(2·P·generated + 4·P·trained tokens) / step time")
+    console.print("ratio_vs_trl uses 'labelrl (no skip)', which trains on every group as TRL does; the default "
+                  "'labelrl' row skips the training pass of uniform groups (all groups here: the raw model earns 0).")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--json", type=Path, help="write the figures to this JSON file")
+    parser.add_argument("--steps", type=int, default=5, help="timed steps per framework after 1 warm-up (median reported)")
+    parser.add_argument("--group-sizes", type=int, nargs="+", default=[4, 8], help="completions per prompt (G)")
+    parser.add_argument("--threads", type=int, help="torch CPU threads in every process (default: torch's choice)")
+    parser.add_argument("--only", choices=VARIANTS, help=argparse.SUPPRESS)  # child process
+    args = parser.parse_args()
+    if args.steps < 1:
+        raise ValueError(f"--steps {args.steps}: the median needs at least 1 timed step; pass --steps 1 or more")
+    if args.only:
+        run_only(args)
+        return
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    results = [measure_group(g, args) for g in args.group_sizes]
+    first = results[0]
+    report = {
+        "model": MODEL, "data": DATA, "prompts_per_step": PROMPTS_PER_STEP, "max_new_tokens": MAX_NEW_TOKENS,
+        "steps": args.steps, "group_sizes": args.group_sizes, "torch_threads": torch.get_num_threads(),
+        "labelrl_steps_per_s": first["labelrl_steps_per_s"], "trl_steps_per_s": first["trl_steps_per_s"],
+        "ratio_vs_trl": first["ratio_vs_trl"], "matmul_flops": matmul_flops(), "results": results,
+    }
+    render(report)
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(report, indent=2))
+
+
+if __name__ == "__main__":
+    main()
