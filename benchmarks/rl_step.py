@@ -160,7 +160,7 @@ def run_trl(group_size: int, steps: int, out: Path) -> dict:
         output_dir=str(out / "trl"), per_device_train_batch_size=PROMPTS_PER_STEP * group_size,
         num_generations=group_size, max_completion_length=MAX_NEW_TOKENS, use_cpu=True, bf16=False,
         report_to=[], logging_steps=1, save_strategy="no", max_steps=1 + steps, learning_rate=LEARNING_RATE,
-        seed=SEED, beta=0.0, temperature=1.0, top_p=1.0, max_grad_norm=1.0, disable_tqdm=True,
+        seed=SEED, beta=0.0, temperature=1.0, lr_scheduler_type="constant", top_p=1.0, max_grad_norm=1.0, disable_tqdm=True,
     )
     lora = LoraConfig(r=16, lora_alpha=32, lora_dropout=0.0, target_modules="all-linear", task_type="CAUSAL_LM")
     torch.manual_seed(SEED)
