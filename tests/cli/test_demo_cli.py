@@ -25,3 +25,17 @@ def test_fast_demo_runs_every_stage_and_prints_the_comparison(tmp_path):
         assert name in result.stdout
     assert (tmp_path / "demo" / "audit.json").is_file()
     assert (tmp_path / "demo" / "rl_corpo" / "metrics.jsonl").is_file()
+
+
+def test_rerunning_the_demo_reuses_finished_arms(tmp_path):
+    args = [sys.executable, "-m", "labelrl.cli.main", "demo", "--fast", "--out", "demo", "--sft-steps", "2",
+            "--rl-steps", "1", "--eval-limit", "8", "--limit", "16"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "COLUMNS": "160"}
+    first = subprocess.run(args, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert first.returncode == 0, first.stderr[-2000:]
+    weights = sorted((tmp_path / "demo" / "rl_grpo" / "model").glob("*.safetensors"))[0]
+    before = weights.stat().st_mtime_ns
+    second = subprocess.run(args, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert second.returncode == 0, second.stderr[-2000:]
+    assert "reusing the finished SFT run" in second.stdout and "reusing the finished grpo run" in second.stdout
+    assert weights.stat().st_mtime_ns == before

@@ -67,6 +67,7 @@ def run_demo(cfg: DemoConfig) -> dict:
     from labelrl.audit import audit_dataset
     from labelrl.data import load_dataset
     from labelrl.fileio import atomic_write_json, read_jsonl
+    from labelrl.train.checkpoint import latest_checkpoint
     from labelrl.train.rl import run_rl
     from labelrl.train.sft import run_sft
 
@@ -75,13 +76,17 @@ def run_demo(cfg: DemoConfig) -> dict:
     audit = audit_dataset(load_dataset(cfg.data), n_boot=200, seed=cfg.seed, top=0)
     atomic_write_json(cfg.out / "audit.json", audit)
     console.rule("2/4 direct SFT (the baseline)")
-    run_sft(sft_cfg)
+    if (sft_cfg.out / "sft_summary.json").exists():  # finished arms are not redone
+        console.print(f"reusing the finished SFT run in {sft_cfg.out}")
+    else:
+        run_sft(sft_cfg)
     rows = {"sft": _val_metrics(cfg.out / "sft", sft_cfg)}
     for i, (name, rl_cfg) in enumerate(rl_cfgs.items(), start=3):
         console.rule(f"{i}/4 {name} from the SFT model")
-        if (rl_cfg.out / "rl_summary.json").exists():
-            rl_cfg = rl_cfg.model_copy(update={"resume": True})
-        run_rl(rl_cfg)
+        if (rl_cfg.out / "model").is_dir():
+            console.print(f"reusing the finished {name} run in {rl_cfg.out}")
+        else:  # a killed arm continues from its last checkpoint
+            run_rl(rl_cfg.model_copy(update={"resume": latest_checkpoint(rl_cfg.out) is not None}))
         metrics = read_jsonl(rl_cfg.out / "metrics.jsonl")
         rows[name] = {**_val_metrics(rl_cfg.out, sft_cfg),
                       "reward_first": metrics[0][K.REWARD_MEAN], "reward_last": metrics[-1][K.REWARD_MEAN],
