@@ -50,6 +50,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import torch  # noqa: E402
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
+from common import matmul_flops  # noqa: E402  (benchmarks/common.py; the script's folder is on sys.path)
 
 MODEL = "smollm2-135m-instruct"
 DATA = "sms-spam"
@@ -218,18 +219,6 @@ def summarise(raw: dict) -> dict:
         "groups_skipped": raw["groups_skipped"], "reward_mean": raw["reward_mean"],
         "peak_rss_mb": raw["peak_rss_mb"],
     }
-
-
-def matmul_flops(size: int = 2048, repeats: int = 5) -> float:
-    """FLOP/s of an fp32 ``size``×``size`` matrix product (2·n³ FLOPs), median of ``repeats``."""
-    a, b = torch.randn(size, size), torch.randn(size, size)
-    a @ b  # warm-up
-    times = []
-    for _ in range(repeats):
-        started = time.perf_counter()
-        a @ b
-        times.append(time.perf_counter() - started)
-    return 2 * size**3 / statistics.median(times)
 
 
 def measure_group(group_size: int, args) -> dict:

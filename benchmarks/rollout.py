@@ -36,6 +36,7 @@ from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
 from labelrl.rollout import generate_groups, sample_groups  # noqa: E402
+from common import matmul_flops  # benchmarks/common.py (the script's own folder is on sys.path)
 
 BACKENDS = {"labelrl": sample_groups, "hf": generate_groups}
 MODES = {"greedy": dict(temperature=0.0), "sample": dict(temperature=1.0)}
@@ -82,18 +83,6 @@ def fixed_prompts(tokenizer) -> list[list[int]]:
     if len(ids) < sum(PROMPT_LENGTHS):
         raise ValueError(f"the fixed text has {len(ids)} tokens; the benchmark needs {sum(PROMPT_LENGTHS)}")
     return [ids[: PROMPT_LENGTHS[0]], ids[PROMPT_LENGTHS[0]: sum(PROMPT_LENGTHS)]]
-
-
-def matmul_flops(size: int = 2048, repeats: int = 5) -> float:
-    """FLOP/s of an fp32 ``size``×``size`` matrix product (2·n³ FLOPs), median of ``repeats``."""
-    a, b = torch.randn(size, size), torch.randn(size, size)
-    a @ b  # warm-up
-    times = []
-    for _ in range(repeats):
-        started = time.perf_counter()
-        a @ b
-        times.append(time.perf_counter() - started)
-    return 2 * size**3 / statistics.median(times)
 
 
 def run_once(backend: str, model, prompts, group_size: int, mode: str, new_tokens: int, seed: int):
