@@ -100,6 +100,16 @@ def test_hard_model_from_a_threshold_is_reproduced():
     assert result["verdict"] == "reproduced within 0.01"
 
 
+def test_a_model_answering_nothing_positive_is_a_threshold_above_every_score():
+    # e.g. an SFT model whose spam probability never reaches 0.5 compared with itself
+    y, score = synthetic()
+    score = score * 0.4
+    out = sweep(scored(y, score), compare=[hard(y, score >= 0.5, "same model")])
+    result = out["compared"][0]
+    assert result["reproduced"] is True and result["max_metric_difference"] == 0.0
+    assert result["threshold"] > score.max() and result["scored_metrics"]["predicted_positive_share"] == 0.0
+
+
 def test_hard_model_with_information_beyond_the_scores_is_not_reproduced():
     y, score = synthetic()
     rng = np.random.default_rng(1)

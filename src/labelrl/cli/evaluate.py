@@ -106,13 +106,20 @@ def _beside(path: Path, suffix: str) -> Path:
 
 def run_eval(cfg: EvalConfig, console: Console) -> dict:
     """Evaluate, print, write predictions (+ reliability PNG, + --json); ValueError for bad input."""
-    from labelrl.evaluate.io import write_predictions
-    from labelrl.evaluate.plots import plot_reliability
-    from labelrl.evaluate.predict import evaluate_split, prepare
-    from labelrl.fileio import atomic_write_json
+    from labelrl.evaluate.predict import prepare
 
     setup = prepare(cfg.run_or_model, cfg.data_options(), cfg.split, splits_dir=cfg.splits,
                     label_col=cfg.label_col, limit=cfg.limit)
+    return evaluate_and_write(setup, cfg, console)
+
+
+def evaluate_and_write(setup, cfg: EvalConfig, console: Console) -> dict:
+    """Evaluate a prepared setup (``labelrl.evaluate.predict.prepare``), print, write the files."""
+    from labelrl.evaluate.io import write_predictions
+    from labelrl.evaluate.plots import plot_reliability
+    from labelrl.evaluate.predict import evaluate_split
+    from labelrl.fileio import atomic_write_json
+
     result = evaluate_split(setup, method=cfg.method, allow_repeat_holdout=cfg.allow_repeat_holdout, n_boot=cfg.n_boot,
                             seed=cfg.seed, batch_size=cfg.batch_size, max_new_tokens=cfg.max_new_tokens)
     pred, metrics = result.predictions, result.metrics

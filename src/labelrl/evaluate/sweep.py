@@ -52,7 +52,8 @@ def metrics_from_counts(tp, fp, tn, n_pos: int, n_neg: int) -> dict[str, np.ndar
 
 @dataclass(frozen=True)
 class ThresholdCurve:
-    """Confusion counts at each distinct score, thresholds from highest to lowest."""
+    """Confusion counts at a threshold just above every score (nothing positive), then at each
+    distinct score, thresholds from highest to lowest."""
 
     thresholds: np.ndarray  # [U] descending
     tp: np.ndarray  # [U] positives with score ≥ threshold
@@ -79,7 +80,9 @@ def threshold_curve(is_pos: np.ndarray, score: np.ndarray) -> ThresholdCurve:
     s = np.asarray(score, dtype=np.float64)[order]
     last = np.r_[s[1:] != s[:-1], True]  # last row of each run of equal scores
     tp, fp = np.cumsum(is_pos[order])[last], np.cumsum(~is_pos[order])[last]
-    return ThresholdCurve(s[last], tp, fp, n_pos, n_neg)
+    # First the threshold just above every score: nothing predicted positive, itself an operating point.
+    above = np.nextafter(s[0], np.inf)
+    return ThresholdCurve(np.r_[above, s[last]], np.r_[0, tp], np.r_[0, fp], n_pos, n_neg)
 
 
 def threshold_for_recall(curve: ThresholdCurve, target: float) -> int:

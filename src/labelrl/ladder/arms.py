@@ -1,0 +1,196 @@
+"""One arm of a ladder: its resolved config, its training, and its evaluations.
+
+Every arm trains in ``RUN_DIR/TASK/ARM`` on the task's shared splits (the task's
+``splits.json`` is copied in before the arm starts; the trainers check its fingerprint
+against the data, so an arm can never train on other splits). Evaluations are written to
+``RUN_DIR/TASK/eval`` and recorded in the task's ledger, so each final model touches the
+holdout once.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+from rich.console import Console
+
+from labelrl.fileio import atomic_write_json
+from labelrl.ladder.recipe import FAMILY, Recipe, TaskSpec, deep_merge
+
+# Keys the ladder sets itself; a recipe setting them would silently break the wiring.
+WIRED = {
+    "sft": {"out", "traces", "only_ids_from"},
+    "rl": {"out", "model", "random_reward", "resume"},
+    "distill": {"out", "run_dir", "split", "teacher"},
+}
+
+
+class LadderStopped(Exception):
+    """A training command stopped early (SIGTERM/SIGINT, --stop-after): the ladder stops too."""
+
+
+def _config_class(family: str) -> type[BaseModel]:
+    from labelrl.cli.distill import DistillConfig
+    from labelrl.train.config import RLConfig, SFTConfig
+
+    return {"sft": SFTConfig, "rl": RLConfig, "distill": DistillConfig}[family]
+
+
+def arm_config(recipe: Recipe, task_name: str, arm_name: str, run_dir: Path) -> BaseModel:
+    """The arm's command config: recipe defaults < task defaults < the arm's own keys < wiring."""
+    task = recipe.tasks[task_name]
+    arm = task.arms[arm_name]
+    family = FAMILY[arm.type]
+    where = f"tasks.{task_name}.arms.{arm_name}"
+    task_dir = run_dir / task_name
+    options = deep_merge(recipe.defaults.get(family, {}), task.defaults.get(family, {}))
+    options = deep_merge(options, arm.options())
+    clash = sorted(set(options) & WIRED[family])
+    if clash:
+        raise ValueError(f"{where}: {', '.join(clash)} set by the ladder (from the arm's place in the recipe); drop them")
+    cls = _config_class(family)
+    unknown = sorted(set(options) - set(cls.model_fields))
+    if unknown:
+        raise ValueError(f"{where}: unknown option(s) {unknown} for a {arm.type} arm; see `labelrl {family} --help`")
+    fields = _wiring(recipe, task, task_dir, arm_name) | {"seed": recipe.seed} | options | _wiring(recipe, task, task_dir, arm_name, forced=True)
+    try:
+        return cls(**fields)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        loc = ".".join(str(p) for p in first["loc"]) or "config"
+        raise ValueError(f"{where}: {loc}: {first['msg']}") from None
+
+
+def _wiring(recipe: Recipe, task: TaskSpec, task_dir: Path, arm_name: str, *, forced: bool = False) -> dict[str, Any]:
+    """Defaults (``forced=False``: the task's data, the recipe's model) or the wired keys."""
+    arm = task.arms[arm_name]
+    family = FAMILY[arm.type]
+    parent = task_dir / arm.from_ if arm.from_ else None
+    if family == "distill":
+        if not forced:
+            return {k: v for k, v in task.data_options().items() if k in ("data", "label_col", "labels", "rubric", "limit", "split_seed")} | (
+                {"text_col": task.text_col} if task.text_col else {})
+        teacher = str(parent) if parent is not None else str(task_dir / arm.teacher) if arm.teacher in task.arms else arm.teacher
+        return {"out": task_dir / arm_name / "traces.jsonl", "run_dir": task_dir, "split": "train", "teacher": teacher}
+    if not forced:
+        base = task.data_options() | {"model": recipe.model}
+        return base | ({"mode": "reasoning"} if arm.type in ("cot_sft", "cot_rl") else {})
+    wired: dict[str, Any] = {"out": task_dir / arm_name}
+    if arm.type == "cot_sft":
+        wired["traces"] = parent / "traces.jsonl"
+    elif arm.type == "control":
+        wired["only_ids_from"] = parent / "traces.jsonl"
+    elif family == "rl":
+        wired["model"] = str(parent)
+        wired["random_reward"] = arm.type == "random_reward"
+    return wired
+
+
+# ---------------------------------------------------------------- training
+
+
+def train_finished(arm_type: str, out: Path) -> bool:
+    family = FAMILY[arm_type]
+    if family == "sft":
+        return (out / "sft_summary.json").is_file() and (out / "model").is_dir()
+    if family == "rl":
+        return (out / "rl_summary.json").is_file() and (out / "model").is_dir()
+    return (out / "traces.summary.json").is_file()
+
+
+def train_arm(arm_type: str, cfg: BaseModel, task_dir: Path, console: Console) -> None:
+    """Run the arm's command unless its outputs are already complete.
+
+    A killed SFT arm restarts from scratch (its partial files are removed: nothing of it was
+    used); a killed RL arm resumes from its last checkpoint; a distill arm re-reads its journal
+    and asks the teacher only what it has not answered.
+    """
+    from labelrl.train.checkpoint import latest_checkpoint
+
+    family = FAMILY[arm_type]
+    out = Path(cfg.out).parent if family == "distill" else Path(cfg.out)
+    if train_finished(arm_type, out):
+        console.print(f"[dim]{out}: finished earlier, reused[/]")
+        return
+    if family == "sft" and out.exists():
+        shutil.rmtree(out)
+    out.mkdir(parents=True, exist_ok=True)
+    if family != "distill":
+        shutil.copyfile(task_dir / "splits.json", out / "splits.json")
+    if family == "sft":
+        from labelrl.train.sft import run_sft
+
+        run_sft(cfg)
+    elif family == "rl":
+        from labelrl.train.rl import run_rl
+
+        summary = run_rl(cfg.model_copy(update={"resume": latest_checkpoint(out) is not None}))
+        if summary.get("stopped_early"):
+            raise LadderStopped(f"{out}: stopped after {summary['steps_done']} of {summary['steps']} steps; "
+                                "re-run the ladder to resume it")
+    else:
+        from labelrl.cli.distill import run_distill_command
+
+        run_distill_command(cfg, console)
+
+
+# ---------------------------------------------------------------- evaluation
+
+
+def eval_paths(task_dir: Path, arm_name: str, tag: str) -> tuple[Path, Path]:
+    """(predictions parquet, metrics JSON) of one evaluation; tag is val, holdout or ood-NAME."""
+    stem = task_dir / "eval" / f"{arm_name}-{tag}"
+    return stem.with_suffix(".parquet"), stem.with_suffix(".json")
+
+
+def evaluate_arm(task: TaskSpec, task_dir: Path, arm_name: str, mode: str, split: str, *,
+                 ood: str | None = None) -> dict:
+    """Evaluate the arm's final model on val, holdout or another dataset's holdout; returns the
+    ``run_eval`` report (also saved). A finished evaluation is read back, never redone, so a
+    re-run never spends a second holdout look.
+
+    On a holdout, the ledger is read first: a model with the same weights as an arm already
+    scored there (e.g. an RL arm whose every group was uniform, so it never updated) shares that
+    arm's result, marked ``same_model_as``, instead of looking again; a look of this very arm
+    whose report was never written (killed in between) is taken again and marked a repeat."""
+    from labelrl.cli.evaluate import EvalConfig, evaluate_and_write
+    from labelrl.evaluate.ledger import holdout_records, read_ledger
+    from labelrl.evaluate.predict import prepare
+
+    tag = f"ood-{ood}" if ood else split
+    predictions, report = eval_paths(task_dir, arm_name, tag)
+    if report.is_file():
+        return json.loads(report.read_text(encoding="utf-8"))
+    splits = task_dir / "ood" / ood if ood else task_dir
+    splits.mkdir(parents=True, exist_ok=True)
+    cfg = EvalConfig(run_or_model=str(task_dir / arm_name), split=split, splits=splits, out=predictions, json_path=report,
+                     limit=task.eval_limit if split == "val" else task.holdout_limit, n_boot=task.n_boot,
+                     **({"data": ood, "mode": mode, "split_seed": task.split_seed} if ood else {}))
+    setup = prepare(cfg.run_or_model, cfg.data_options(), split, splits_dir=splits, limit=cfg.limit)
+    if split == "holdout":
+        earlier = holdout_records(read_ledger(splits), setup.model_fingerprint, setup.data.split_fingerprint)
+        arm_dir = (task_dir / arm_name).resolve()
+        mine = [r for r in earlier if Path(r["model_spec"]).resolve().is_relative_to(arm_dir)]
+        other = next((Path(r["model_spec"]).resolve() for r in earlier if r not in mine), None)
+        if other is not None and not mine:
+            return _share_evaluation(task_dir, other, arm_name, tag)
+        cfg = cfg.model_copy(update={"allow_repeat_holdout": bool(mine)})
+    return evaluate_and_write(setup, cfg, Console(quiet=True))
+
+
+def _share_evaluation(task_dir: Path, model_dir: Path, arm_name: str, tag: str) -> dict:
+    """Copy the evaluation of the arm whose model has these exact weights."""
+    source = model_dir.parent.name if model_dir.name == "model" else model_dir.name
+    src_pred, src_report = eval_paths(task_dir, source, tag)
+    if not src_report.is_file():
+        raise ValueError(f"{task_dir / arm_name}: its weights equal those of {model_dir}, whose {tag} evaluation "
+                         f"report {src_report} is missing; evaluate that model first")
+    report = json.loads(src_report.read_text(encoding="utf-8"))
+    report["same_model_as"] = source
+    predictions, path = eval_paths(task_dir, arm_name, tag)
+    shutil.copyfile(src_pred, predictions)
+    atomic_write_json(path, report)
+    return report

@@ -1,0 +1,1 @@
+"""Built-in ladder recipes (versioned YAML): `labelrl ladder demo`, `labelrl ladder gpu`."""

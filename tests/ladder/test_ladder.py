@@ -1,0 +1,147 @@
+"""The ladder end to end on tiny-random: every arm type, a failing arm and the arms that need
+it, shared splits, one holdout look per model, analyses from files, and a re-run that redoes
+nothing finished.
+
+The teacher is a local fake endpoint that reasons correctly about the toy task (is the word a
+fruit?), so the distillation arms have survivors to train on.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from rich.console import Console
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from fake_openai_server import FakeOpenAIServer  # noqa: E402
+
+from labelrl.fileio import read_jsonl  # noqa: E402
+from labelrl.ladder import Ladder, load_recipe, read_state  # noqa: E402
+
+FRUIT, THINGS = ["grape", "mango", "apple"], ["chair", "table", "stone"]
+
+
+def toy_rows(n: int = 60) -> list[dict]:
+    """Unique texts (so the group-aware split spreads them over all three splits)."""
+    words = FRUIT + THINGS
+    return [{"id": f"t{i}", "text": f"item {i}: {words[i % 6]}", "label": "yes" if words[i % 6] in FRUIT else "no"}
+            for i in range(n)]
+
+
+def teacher(body: dict) -> str:
+    text = body["messages"][-1]["content"]
+    fruit = any(w in text for w in FRUIT)
+    return f"<think>The item names {'a fruit' if fruit else 'no fruit'}.</think><answer>{'yes' if fruit else 'no'}</answer>"
+
+
+def toy_recipe(data: Path, teacher_url: str | None) -> dict:
+    arms = {
+        "sft": {"type": "sft"},
+        "grpo": {"type": "rl", "from": "sft", "preset": "grpo"},
+        "corpo": {"type": "rl", "from": "sft", "preset": "corpo", "threshold": 0.5},
+        "noise": {"type": "random_reward", "from": "sft"},
+        # fails at run time: every prompt is longer than 16 tokens, which preflight refuses
+        "sft_short": {"type": "sft", "max_length": 16},
+        "rl_short": {"type": "rl", "from": "sft_short"},
+    }
+    if teacher_url:
+        arms |= {
+            "distill": {"type": "distill", "teacher": teacher_url, "teacher_model": "t", "attempts": 1, "retries": 0},
+            "cot": {"type": "cot_sft", "from": "distill", "max_steps": 1},
+            "cot_rl": {"type": "cot_rl", "from": "cot", "max_new_tokens": 24},
+            "control": {"type": "control", "from": "distill"},
+        }
+    return {
+        "version": 1, "name": "toy", "model": "tiny-random", "seed": 0,
+        "defaults": {
+            "sft": {"lora": False, "learning_rate": 3e-3, "max_steps": 2, "batch_size": 4, "eval_every": 2, "eval_limit": 4, "quiet": True},
+            "rl": {"lora": False, "learning_rate": 1e-3, "steps": 1, "group_size": 2, "prompts_per_step": 2,
+                   "max_new_tokens": 8, "checkpoint_every": 1, "quiet": True},
+        },
+        "tasks": {"toy": {"data": str(data), "limit": 12, "eval_limit": 4, "holdout_limit": 4, "n_boot": 20, "arms": arms}},
+    }
+
+
+def write(path: Path, obj) -> Path:
+    path.write_text(yaml.safe_dump(obj, sort_keys=False) if path.suffix == ".yaml" else "".join(json.dumps(r) + "\n" for r in obj), encoding="utf-8")
+    return path
+
+
+@pytest.fixture(scope="module")
+def ladder_run(tmp_path_factory):
+    root = tmp_path_factory.mktemp("ladder")
+    data = write(root / "toy.jsonl", toy_rows())
+    with FakeOpenAIServer(teacher) as server:
+        recipe_path = write(root / "recipe.yaml", toy_recipe(data, server.url))
+        state = Ladder(load_recipe(recipe_path), root / "run", Console(quiet=True)).run()
+        requests = len(server.requests)
+    return root, recipe_path, state, requests
+
+
+def test_every_arm_type_runs_and_failures_are_contained(ladder_run):
+    root, _, state, _ = ladder_run
+    arms = state["tasks"]["toy"]["arms"]
+    assert {a["type"] for a in arms.values()} == {"sft", "rl", "random_reward", "distill", "cot_sft", "cot_rl", "control"}
+    status = {name: a["status"] for name, a in arms.items()}
+    assert status.pop("sft_short") == "failed" and "max_length" in arms["sft_short"]["error"].replace("--max-length", "max_length")
+    assert status.pop("rl_short") == "skipped" and "sft_short" in arms["rl_short"]["error"]
+    assert set(status.values()) == {"done"}, status
+    assert (root / "run" / "toy" / "sft_short" / "error.txt").read_text().startswith("Traceback")
+    assert arms["noise"]["config"]["random_reward"] is True
+    assert arms["cot_rl"]["config"]["mode"] == "reasoning" and arms["cot"]["config"]["traces"].endswith("distill/traces.jsonl")
+    assert arms["distill"]["survival"]["n_survived"] > 0
+
+
+def test_arms_share_one_split_and_each_model_looks_at_the_holdout_once(ladder_run):
+    root, _, state, _ = ladder_run
+    task_dir = root / "run" / "toy"
+    shared = (task_dir / "splits.json").read_text()
+    trained = [n for n, a in state["tasks"]["toy"]["arms"].items() if a["status"] == "done" and a["type"] != "distill"]
+    for name in trained:
+        assert (task_dir / name / "splits.json").read_text() == shared
+        assert (task_dir / "eval" / f"{name}-val.parquet").is_file() and (task_dir / "eval" / f"{name}-holdout.json").is_file()
+    holdout = [r for r in read_jsonl(task_dir / "ledger.jsonl") if r["split"] == "holdout"]
+    assert not any(r["repeat"] for r in holdout)
+    assert len({r["model_fingerprint"] for r in holdout}) == len(holdout)  # one look per distinct model
+    shared_with = {n: a.get("holdout_same_model_as") for n, a in state["tasks"]["toy"]["arms"].items() if a.get("holdout_same_model_as")}
+    assert len(holdout) + len(shared_with) == len(trained)
+
+
+def test_analyses_are_built_from_the_evaluation_files(ladder_run):
+    root, _, state, _ = ladder_run
+    analysis = state["tasks"]["toy"]["analysis"]
+    sweep = json.loads(Path(analysis["sweep"]["file"]).read_text())
+    assert sweep["arms"] == {"base": "sft", "compared": ["grpo", "corpo", "noise", "cot_rl"]}
+    assert set(analysis["route"]["files"]) == {"grpo", "corpo", "noise", "cot_rl"}
+    compare = json.loads(Path(analysis["compare"]["file"]).read_text())
+    assert [compare["models"][r]["name"] for r in ("direct_all", "direct_survivors", "cot")] == ["sft", "control", "cot"]
+
+
+def test_rerun_redoes_nothing_finished(ladder_run):
+    root, recipe_path, state, requests = ladder_run
+    task_dir = root / "run" / "toy"
+    stamps = {p: p.stat().st_mtime_ns for p in task_dir.rglob("*") if p.is_file() and "sft_short" not in p.parts and p.name != "ledger.jsonl"}
+    ledger = (task_dir / "ledger.jsonl").read_text()
+    with FakeOpenAIServer(teacher) as server:
+        again = Ladder(load_recipe(recipe_path), root / "run", Console(quiet=True)).run()
+        assert len(server.requests) == 0  # the teacher is never asked again
+    assert {n: a["status"] for n, a in again["tasks"]["toy"]["arms"].items()} == {n: a["status"] for n, a in state["tasks"]["toy"]["arms"].items()}
+    changed = [p for p, t in stamps.items() if p.exists() and p.stat().st_mtime_ns != t and "analysis" not in p.parts]
+    assert changed == [], changed
+    holdout_before = [line for line in ledger.splitlines() if '"holdout"' in line]
+    holdout_after = [line for line in (task_dir / "ledger.jsonl").read_text().splitlines() if '"holdout"' in line]
+    assert holdout_after == holdout_before
+    assert read_state(root / "run")["tasks"]["toy"]["arms"]["sft"]["status"] == "done"
+
+
+def test_a_changed_config_for_a_finished_arm_is_refused(ladder_run, tmp_path):
+    root, recipe_path, _, _ = ladder_run
+    raw = yaml.safe_load(recipe_path.read_text())
+    raw["tasks"]["toy"]["arms"]["grpo"]["steps"] = 3
+    changed = write(tmp_path / "changed.yaml", raw)
+    with pytest.raises(ValueError, match=r"tasks\.toy\.arms\.grpo: finished .* with another config"):
+        Ladder(load_recipe(changed), root / "run", Console(quiet=True))
