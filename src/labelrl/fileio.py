@@ -13,11 +13,22 @@ from pathlib import Path
 from typing import Any, Callable
 
 
+def _read_umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+# Read once: os.umask can only be read by setting it, which would race with other threads.
+UMASK = _read_umask()
+
+
 def atomic_write_bytes(path: Path, data: bytes) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        os.fchmod(fd, 0o666 & ~UMASK)  # mkstemp makes 0600; give the file the mode open() would
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
             handle.flush()
@@ -46,6 +57,7 @@ def atomic_write_dir(path: Path, fill: Callable[[Path], None]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
     try:
+        tmp.chmod(0o777 & ~UMASK)  # mkdtemp makes 0700; give the directory the mode mkdir would
         fill(tmp)
         old = None
         if path.exists():

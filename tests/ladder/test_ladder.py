@@ -145,3 +145,22 @@ def test_a_changed_config_for_a_finished_arm_is_refused(ladder_run, tmp_path):
     changed = write(tmp_path / "changed.yaml", raw)
     with pytest.raises(ValueError, match=r"tasks\.toy\.arms\.grpo: finished .* with another config"):
         Ladder(load_recipe(changed), root / "run", Console(quiet=True))
+
+
+def test_report_has_every_section_built_from_the_files(ladder_run, tmp_path):
+    import re
+    import shutil
+
+    from labelrl.report import NOT_RUN, SECTIONS, build_report
+
+    root, _, _, _ = ladder_run
+    copy = tmp_path / "run"
+    shutil.copytree(root / "run", copy, ignore=shutil.ignore_patterns("model", "checkpoints"))  # no model is needed
+    result = build_report(copy)
+    html, md = result.html.read_text(), result.markdown.read_text()
+    for key, title in SECTIONS:
+        assert title in html and title in md
+        assert NOT_RUN[key] not in md, key  # every section had its inputs
+    assert "sft_short" in md and "max_length" in md.replace("--max-length", "max_length")  # the failed arm and its error
+    assert not re.search(r"""(src|href)=["']https?://""", html)  # nothing fetched from the network
+    assert all(src.startswith("data:image/") for src in re.findall(r'<img[^>]*src="([^"]+)"', html))

@@ -32,9 +32,9 @@ def run_ladder_command(recipe_source: str | Path, out: Path | None, *, fast: boo
     if report:
         from labelrl.report import build_report
 
-        paths = build_report(ladder.run_dir)
-        state["report"] = {k: str(v) for k, v in paths.items()}
-        console.print(f"report: {paths['html']} (and {paths['md']})")
+        built = build_report(ladder.run_dir)
+        state["report"] = {"html": str(built.html), "md": str(built.markdown)}
+        console.print(f"report: {built.html} (and {built.markdown})")
     console.print(f"run files: {ladder.run_dir}")
     return state
 
@@ -46,9 +46,9 @@ def _fmt(metrics: dict | None, key: str) -> str:
 def _status(arm: dict) -> str:
     status = arm.get("status", "pending")
     if status == "done" and arm.get("holdout_same_model_as"):
-        return f"done (= {arm['holdout_same_model_as']})"
+        return f"= {arm['holdout_same_model_as']}"  # same weights: the holdout result is shared
     if status == "done" and arm.get("holdout_repeat"):
-        return "done (REPEAT holdout)"
+        return "REPEAT"
     return status
 
 
@@ -59,28 +59,32 @@ def comparison_tables(state: dict) -> list[Table]:
     for task_name in state.get("task_order") or list(state["tasks"]):
         task = state["tasks"][task_name]
         keys = ["accuracy", "balanced_accuracy"] + (["mean_abs_grade_error"] if task.get("kind") == "ordinal" else [])
+        columns = [("val", "balanced_accuracy")] + [("holdout", k) for k in keys]
         short = {"accuracy": "acc", "balanced_accuracy": "BA", "mean_abs_grade_error": "|err|"}
         caption = [f"ceiling 1 − ε from {task['ceiling_source']}"] if task.get("ceiling") is not None else []
+        caption.append("failed+: mean share of failed rollouts given a positive advantage, over the RL steps; "
+                       "= ARM: same weights as ARM, holdout result shared")
         caption += [f"{name}: {arm['status']}: {arm.get('error')}" for name, arm in task["arms"].items()
                     if arm.get("status") in ("failed", "skipped")]
         table = Table(title=f"{task_name}: {task['data']} ({task.get('kind')}), 95% intervals in the report",
                       title_justify="left", caption="\n".join(caption) or None, caption_justify="left")
         table.add_column("arm")
         table.add_column("status")
-        for split in ("val", "holdout"):
-            for key in keys:
-                table.add_column(f"{split} {short[key]}", justify="right")
+        for split, key in columns:
+            table.add_column(f"{split} {short[key]}", justify="right")
         for ood in task.get("ood", []):
             table.add_column(f"{ood} BA", justify="right")
+        table.add_column("failed+", justify="right")  # mean share of failed rollouts given a positive advantage
         if task.get("ceiling") is not None:
-            ceiling = [f"{task['ceiling']:.3f}" if k == "accuracy" else "" for _ in ("val", "holdout") for k in keys]
-            table.add_row("ceiling", "", *ceiling, *["" for _ in task.get("ood", [])])
+            ceiling = [f"{task['ceiling']:.3f}" if k == "accuracy" else "" for _, k in columns]
+            table.add_row("ceiling", "", *ceiling, *["" for _ in task.get("ood", [])], "")
         for arm_name in task.get("arm_order") or list(task["arms"]):
             arm = task["arms"].get(arm_name, {})
-            cells = [_fmt(arm.get(split), key) for split in ("val", "holdout") for key in keys]
+            cells = [_fmt(arm.get(split), key) for split, key in columns]
             ood = [_fmt((arm.get("ood") or {}).get(name), "balanced_accuracy") for name in task.get("ood", [])]
             kind = arm.get("preset") or arm.get("type")
-            table.add_row(arm_name if kind == arm_name else f"{arm_name} ({kind})", _status(arm), *cells, *ood)
+            failed = _fmt(arm.get("train"), "failed_positive_frac") if arm.get("train") else ""
+            table.add_row(arm_name if kind == arm_name else f"{arm_name} ({kind})", _status(arm), *cells, *ood, failed)
         tables.append(table)
     return tables
 

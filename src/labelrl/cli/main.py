@@ -18,7 +18,7 @@ app = typer.Typer(
 )
 
 # Command modules under labelrl.cli; each defines register(app).
-COMMAND_MODULES = ("data", "train", "audit", "relabel", "demo", "evaluate", "export", "distill")
+COMMAND_MODULES = ("data", "train", "audit", "relabel", "ladder", "demo", "evaluate", "export", "distill", "report")
 
 for _name in COMMAND_MODULES:
     importlib.import_module(f"labelrl.cli.{_name}").register(app)

@@ -124,6 +124,8 @@ class Ladder:
             summary = json.loads((task_dir / arm_name / "traces.summary.json").read_text(encoding="utf-8"))
             st["survival"] = summary["overall"]
             return
+        if FAMILY[arm_type] == "rl":
+            st["train"] = rl_training_summary(task_dir / arm_name)
         mode = cfg.mode
         st["val"] = summary_metrics(evaluate_arm(task, task_dir, arm_name, mode, "val")["metrics"])
         self.save()
@@ -138,6 +140,16 @@ class Ladder:
         for name in task.ood:
             st["ood"][name] = summary_metrics(evaluate_arm(task, task_dir, arm_name, mode, "holdout", ood=name)["metrics"])
             self.save()
+
+
+def rl_training_summary(arm_dir: Path) -> dict[str, Any]:
+    """First and last step's mean reward and the run's mean failed-positive fraction."""
+    from labelrl import metrics_keys as K
+    from labelrl.fileio import read_jsonl
+
+    records = read_jsonl(arm_dir / "metrics.jsonl")
+    return {"steps": len(records), "reward_first": records[0][K.REWARD_MEAN], "reward_last": records[-1][K.REWARD_MEAN],
+            "failed_positive_frac": sum(r[K.FAILED_POSITIVE_FRAC] for r in records) / len(records)}
 
 
 def prepare_task(task: TaskSpec, task_dir: Path, seed: int) -> dict[str, Any]:

@@ -1,0 +1,353 @@
+"""``labelrl report RUN_DIR``: one document from a ladder run's files (no model, no torch).
+
+``build_report(run_dir, out)`` reads the run (``collect``), draws the figures (``figures``),
+assembles the seven sections below as blocks and writes them as ``out/report.html``
+(self-contained) and ``out/report.md`` (figures under ``out/figures/``); ``render`` holds the
+block types and both serialisers. A section whose inputs are absent says so in one line; a
+failed or skipped arm appears in the table with its error or reason.
+
+1. comparison table per task: every arm's val / holdout / OOD metrics with 95% intervals, the
+   audit's ceiling, repeat-holdout marks, failed and skipped arms;
+2. reward, rollout accuracy and balanced accuracy per RL step; SFT val metrics per eval;
+3. completion length, truncation and think closure per step; the truncation tax by length;
+4. skip-rule drift: uniform-group fraction, label share among informative groups vs data;
+5. failed-positive fraction per step for every RL arm, CoRPO's regime shares;
+6. the SFT model's ROC with each RL arm's operating point and verdict; the routing summary;
+7. the distillation decomposition (filter and objective effects) and trace survival.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from labelrl import metrics_keys as K
+from labelrl.fileio import atomic_write_text
+from labelrl.report import figures as F
+from labelrl.report.collect import ArmData, RunData, TaskData, collect_run
+from labelrl.report.render import (Block, FigureSink, Heading, Items, Para, TableBlock, fmt, fmt_ci, to_html,
+                                   to_markdown)
+
+__all__ = ["SECTIONS", "ReportResult", "build_report", "collect_run", "report_blocks"]
+
+SECTIONS = (
+    ("comparison", "1. Comparison table"),
+    ("curves", "2. Reward and accuracy per step"),
+    ("length", "3. Completion length, truncation and think closure"),
+    ("drift", "4. Skip-rule drift: uniform groups and label shares"),
+    ("advantages", "5. Failed-positive advantages and CoRPO regimes"),
+    ("roc", "6. ROC, operating points and routing"),
+    ("distill", "7. Distillation decomposition"),
+)
+NOT_RUN = {
+    "comparison": "the ladder lists no task.",
+    "curves": "no arm logged per-step metrics (metrics.jsonl or sft_metrics.jsonl).",
+    "length": "no RL arm logged per-step metrics or rollouts.",
+    "drift": "no RL arm logged groups/uniform_frac.",
+    "advantages": "no RL arm logged adv/failed_positive_frac.",
+    "roc": "no analysis/sweep.json or analysis/route-*.json in any task.",
+    "distill": "no analysis/compare.json and no distill arm summary (traces.summary.json) in any task.",
+}
+
+
+@dataclass(frozen=True)
+class ReportResult:
+    """What ``build_report`` wrote."""
+
+    html: Path
+    markdown: Path
+    figures: list[Path]
+    run: RunData
+
+
+def _has(records: list[dict], key: str) -> bool:
+    return any(isinstance(r.get(key), (int, float)) for r in records)
+
+
+def _draw(fig_fn: Callable[[], object]) -> Callable[[Path], bytes]:
+    return lambda path: F.render_png(fig_fn, path)
+
+
+# ---------------------------------------------------------------- 1. comparison table
+
+def _metric_columns(task: TaskData) -> list[tuple[str, str]]:
+    cols = [("accuracy", "accuracy [95% CI]"), ("balanced_accuracy", "balanced accuracy [95% CI]")]
+    if task.kind == "ordinal":
+        cols += [("mean_abs_grade_error", "mean |grade error| [95% CI]"), ("within_one_accuracy", "within-one [95% CI]")]
+    return cols
+
+
+def _status_note(arm: ArmData) -> str:
+    first = (arm.error or "").strip().splitlines()[0] if (arm.error or "").strip() else ""
+    if arm.status == "failed":
+        return f"error: {first or 'no error recorded'}"
+    if arm.status == "skipped":
+        return f"skipped: {first or 'no reason recorded'}"
+    if arm.status in ("pending", "running"):
+        return f"not finished ({arm.status})"
+    if arm.type == "distill":
+        return "teacher traces: see section 7"
+    return ""
+
+
+def _arm_rows(arm: ArmData, cols: list[tuple[str, str]]) -> list[list[str]]:
+    evals = [("val", arm.val, "")] if arm.val else []
+    if arm.holdout:
+        evals.append(("holdout REPEAT", arm.holdout, "REPEAT holdout evaluation: not an unbiased estimate")
+                     if arm.holdout_repeat else ("holdout", arm.holdout, "first holdout evaluation"))
+        if arm.same_model_as:
+            evals[-1] = (*evals[-1][:2], f"weights identical to {arm.same_model_as}'s: its holdout result, not a new look")
+    evals += [(f"OOD {name}", m, "out of domain") for name, m in arm.ood.items()]
+    note = _status_note(arm) or ("" if evals else "no evaluation recorded")
+    evals = evals or [("—", {}, "")]
+    kind = arm.type + (f" ({arm.preset})" if arm.preset else "")
+    rows = []
+    for i, (split, m, split_note) in enumerate(evals):
+        notes = "; ".join(n for n in ((note if i == 0 else ""), split_note) if n)
+        rows.append([arm.name, kind, arm.status, split, fmt(m.get("n"), 0),
+                     *[fmt_ci(m.get(k), m.get(f"{k}_ci")) for k, _ in cols], notes])
+    return rows
+
+
+def _ceiling_row(task: TaskData, cols: list[tuple[str, str]]) -> list[str]:
+    if task.ceiling is not None:
+        note = f"1 − ε: the accuracy no model can exceed against these labels ({task.ceiling_source or 'audit'})"
+    else:
+        note = "no audit.json" if task.audit is None else "no ceiling: the audit found no duplicate or rater evidence"
+    values = [fmt_ci(task.ceiling, task.ceiling_ci)] + ["—"] * (len(cols) - 1)
+    return ["label ceiling (1 − ε)", "audit", "", "all items", fmt((task.audit or {}).get("n_rows"), 0), *values, note]
+
+
+def comparison(task: TaskData, sink: FigureSink) -> list[Block]:
+    """Section 1: the task's table (ceiling first, then every arm's evaluations) and the full
+    error or reason of each failed or skipped arm."""
+    cols = _metric_columns(task)
+    rows, classes = [_ceiling_row(task, cols)], ["ceiling"]
+    for arm in task.arms:
+        for row in _arm_rows(arm, cols):
+            rows.append(row)
+            classes.append("repeat" if row[3].endswith("REPEAT") else arm.status)
+    columns = ["arm", "type", "status", "split", "n", *[c for _, c in cols], "note"]
+    caption = f"{task.name}: {task.data or '?'} ({task.kind or '?'}; labels {', '.join(task.labels) or '?'})"
+    blocks: list[Block] = [TableBlock(columns, rows, caption, classes)]
+    troubled = [a for a in task.arms if a.status in ("failed", "skipped")]
+    if troubled:
+        items = [f"{a.name} ({a.status}): {a.error or 'no reason recorded'}"
+                 + (f"\nlast lines of {a.dir / 'error.txt'}:\n{a.traceback}" if a.traceback else "") for a in troubled]
+        blocks += [Para("Failed and skipped arms:"), Items(items, pre=True)]
+    return blocks
+
+
+# ---------------------------------------------------------------- 2.–5. per-step curves
+
+def curves(task: TaskData, sink: FigureSink) -> list[Block]:
+    """Section 2: per RL arm, reward and rollout accuracy / balanced accuracy per step; per
+    SFT-trained arm, val metrics per eval; a note for an RL arm that stopped before logging."""
+    blocks: list[Block] = []
+    for arm in task.arms:
+        name = f"{task.name}-{arm.name}"
+        if arm.is_rl and (arm.steps or arm.rollout_steps):
+            draw = _draw(lambda a=arm: F.reward_accuracy_figure(a.label, a.steps, a.rollout_steps, task.ceiling))
+            blocks.append(sink.image(f"{name}-reward", f"{task.name} / {arm.label}: reward, rollout accuracy and "
+                                     "balanced accuracy per step (dashed: label ceiling)", draw))
+        elif _has(arm.sft_records, K.EVAL_ACCURACY) or _has(arm.sft_records, K.EVAL_BALANCED_ACCURACY):
+            draw = _draw(lambda a=arm: F.sft_eval_figure(a.label, a.sft_records, task.ceiling))
+            blocks.append(sink.image(f"{name}-sft", f"{task.name} / {arm.label}: val accuracy and balanced accuracy "
+                                     "per eval step, training loss (dashed: label ceiling)", draw))
+        elif arm.is_rl and arm.status != "done":
+            blocks.append(Para(f"{arm.label} ({arm.status}): no per-step metrics logged.", "note"))
+    return blocks
+
+
+def lengths(task: TaskData, sink: FigureSink) -> list[Block]:
+    """Section 3: per RL arm, length / truncation / think closure per step and by length bucket."""
+    blocks: list[Block] = []
+    for arm in task.rl_arms():
+        name = f"{task.name}-{arm.name}"
+        if arm.steps:
+            blocks.append(sink.image(f"{name}-length", f"{task.name} / {arm.label}: completion length (mean, p90), "
+                                     "truncation and think-closure rates per step",
+                                     _draw(lambda a=arm: F.length_figure(a.label, a.steps))))
+        if arm.length_buckets:
+            blocks.append(sink.image(f"{name}-tax", f"{task.name} / {arm.label}: think-closure rate, truncation rate "
+                                     "and mean reward by completion-length bucket, all steps (the truncation tax)",
+                                     _draw(lambda a=arm: F.truncation_tax_figure(a.label, a.length_buckets))))
+    return blocks
+
+
+def drift(task: TaskData, sink: FigureSink) -> list[Block]:
+    """Section 4: per RL arm, uniform-group fraction and label shares (informative groups vs data)."""
+    return [sink.image(f"{task.name}-{arm.name}-drift", f"{task.name} / {arm.label}: uniform-group fraction; label "
+                       "share among informative groups (solid) vs in the training data (dashed)",
+                       _draw(lambda a=arm: F.skip_drift_figure(a.label, a.steps)))
+            for arm in task.rl_arms() if _has(arm.steps, K.UNIFORM_FRAC)]
+
+
+def _mean(records: list[dict], key: str) -> float | None:
+    values = [r[key] for r in records if isinstance(r.get(key), (int, float))]
+    return sum(values) / len(values) if values else None
+
+
+def advantages(task: TaskData, sink: FigureSink) -> list[Block]:
+    """Section 5: failed-positive fraction of every RL arm on one plot, CoRPO regimes, a summary table."""
+    arms = [a for a in task.rl_arms() if _has(a.steps, K.FAILED_POSITIVE_FRAC)]
+    if not arms:
+        return []
+    pairs = [(a.label, a.steps) for a in arms]
+    caption = f"{task.name}: share of failed rollouts given a positive advantage per step, every RL arm"
+    blocks: list[Block] = [sink.image(f"{task.name}-failed-positive", caption,
+                                      _draw(lambda: F.failed_positive_figure(task.name, pairs)))]
+    corpo = [(a.label, a.steps) for a in arms if _has(a.steps, K.CORPO_CORRECTNESS_REGIME)]
+    if corpo:
+        blocks.append(sink.image(f"{task.name}-corpo-regimes", f"{task.name}: share of groups in CoRPO's correctness "
+                                 "and preference regimes per step", _draw(lambda: F.corpo_regime_figure(task.name, corpo))))
+    rows = [[a.name, a.type + (f" ({a.preset})" if a.preset else ""), str(len(a.steps)),
+             fmt(_mean(a.steps, K.FAILED_POSITIVE_FRAC)),
+             fmt(sum(r.get(K.FAILED_POSITIVE_COUNT) or 0 for r in a.steps), 0),
+             fmt(_mean(a.steps, K.CORPO_CORRECTNESS_REGIME))] for a in arms]
+    blocks.append(TableBlock(["arm", "type", "steps", "mean failed-positive fraction", "failed rollouts with A > 0",
+                              "mean correctness-regime share"], rows, f"{task.name}: advantages on failed rollouts"))
+    return blocks
+
+
+# ---------------------------------------------------------------- 6. ROC and routing
+
+def _sweep_blocks(task: TaskData, sink: FigureSink) -> list[Block]:
+    s = task.sweep
+    base = (s.get("arms") or {}).get("base") or F.source_arm(s.get("source"))
+    text = (f"SFT model ({base}): ROC-AUC {fmt(s.get('roc_auc'))} on {fmt(s.get('n'), 0)} val "
+            f"items ({fmt(s.get('n_positive'), 0)} with the positive label {s.get('positive_label')!r}).")
+    blocks: list[Block] = [Para(text), sink.image(f"{task.name}-roc", f"{task.name}: ROC of the SFT model with each RL "
+                                                  "arm's operating point (hollow: not reproduced by any threshold)",
+                                                  lambda path: F.roc_png(s, path))]
+    rows = [[arm, str(c.get("verdict", "?")), fmt(c.get("threshold"), 4), fmt(c.get("max_metric_difference")),
+             fmt((c.get("compared_metrics") or {}).get("recall")), fmt((c.get("compared_metrics") or {}).get("fpr"))]
+            for c, arm in zip(s.get("compared") or [], F.compared_arms(s))]
+    if rows:
+        blocks.append(TableBlock(["arm", "sweep verdict", "closest SFT threshold", "largest metric difference",
+                                  "arm recall", "arm false positive rate"], rows,
+                                 f"{task.name}: is each RL arm a threshold on the SFT model?"))
+    return blocks
+
+
+def _route_row(arm: str, r: dict) -> list[str]:
+    best = (r.get("cascade") or {}).get("best") or {}
+    d = r.get("disagreement") or {}
+
+    def pair(key: str) -> str:
+        return f"{fmt((r.get(key) or {}).get('accuracy'))} / {fmt((r.get(key) or {}).get('balanced_accuracy'))}"
+
+    band = f"[{fmt(best.get('lo'), 2)}, {fmt(best.get('hi'), 2)})" if best else "—"
+    return [arm, pair("a"), pair("b"), pair("oracle"), band, fmt(best.get("share_routed")),
+            fmt(best.get("delta_balanced_accuracy"), sign=True), f"{fmt(d.get('n_disagree'), 0)} of {fmt(d.get('n'), 0)}",
+            fmt(d.get("b_gain"), 0)]
+
+
+def _why_not(task: TaskData, name: str, default: str) -> str:
+    return task.analysis_notes.get(name) or default
+
+
+def roc(task: TaskData, sink: FigureSink) -> list[Block]:
+    """Section 6: the SFT ROC with the RL operating points and verdicts; routing per arm."""
+    notes = task.analysis_notes
+    if task.sweep is None and not task.routes and not ("sweep" in notes or "route" in notes):
+        return []
+    blocks: list[Block] = []
+    if task.sweep is not None:
+        blocks += _sweep_blocks(task, sink)
+    else:
+        default = "the task is not binary" if task.kind not in (None, "binary") else "no analysis/sweep.json"
+        blocks.append(Para(f"ROC not drawn: {_why_not(task, 'sweep', default)}.", "note"))
+    if task.routes:
+        rows = [_route_row(arm, r) for arm, r in task.routes.items()]
+        blocks.append(TableBlock(["B arm", "A = SFT acc / BA", "B acc / BA", "oracle acc / BA", "best cascade band",
+                                  "share routed", "Δ balanced accuracy", "disagreements", "B right where A wrong"],
+                                 rows, f"{task.name}: routing between the SFT model (A) and each arm (B), val"))
+        blocks += [sink.image(f"{task.name}-route-{arm}", f"{task.name}: confidence cascade SFT → {arm}",
+                              lambda path, r=r: F.cascade_png(r, path)) for arm, r in task.routes.items()]
+    else:
+        blocks.append(Para(f"Routing not run: {_why_not(task, 'route', 'no analysis/route-*.json')}.", "note"))
+    return blocks
+
+
+# ---------------------------------------------------------------- 7. distillation
+
+def _survival_rows(summary: dict) -> list[list[str]]:
+    groups = [("overall", summary.get("overall") or {})]
+    groups += [(f"label {k}", v) for k, v in (summary.get("per_label") or {}).items()]
+    groups += [(f"confidence {k}", v) for k, v in (summary.get("by_confidence") or {}).items()]
+    return [[name, fmt(c.get("n_items"), 0), fmt(c.get("n_survived"), 0), fmt(c.get("survival_rate")),
+             fmt(c.get("mean_attempts_used"), 2)] for name, c in groups]
+
+
+def distillation(task: TaskData, sink: FigureSink) -> list[Block]:
+    """Section 7: the compare.json decomposition and each distill arm's trace survival."""
+    blocks: list[Block] = []
+    c = task.compare
+    if c is None and "compare" in task.analysis_notes:
+        blocks.append(Para(f"Decomposition not made: {task.analysis_notes['compare']}.", "note"))
+    if c is not None:
+        models = c.get("models") or {}
+        order = [r for r in ("direct_all", "direct_survivors", "cot") if r in models]
+        order += [r for r in models if r not in order]
+        rows = [[role, str(models[role].get("name", role)),
+                 fmt_ci(models[role].get("balanced_accuracy"), models[role].get("balanced_accuracy_ci"))] for role in order]
+        blocks.append(TableBlock(["role", "arm", "val balanced accuracy [95% CI]"], rows,
+                                 f"{task.name}: matched-data decomposition on the {fmt(c.get('n'), 0)} items all three were evaluated on"))
+        filter_effect = fmt_ci(c.get("filter_effect"), c.get("filter_effect_ci"), sign=True)
+        objective_effect = fmt_ci(c.get("objective_effect"), c.get("objective_effect_ci"), sign=True)
+        blocks.append(Para(f"Filter effect (direct_all − direct_survivors) {filter_effect}; objective effect "
+                           f"(direct_survivors − cot) {objective_effect}; total {fmt(c.get('total_effect'), sign=True)} "
+                           "(positive = balanced accuracy lost)."))
+        blocks.append(sink.image(f"{task.name}-decomposition", f"{task.name}: balanced accuracy of the three models of "
+                                 "the decomposition", _draw(lambda: F.decomposition_figure(task.name, c, task.ceiling))))
+    for arm in task.arms:
+        if arm.distill_summary:
+            s = arm.distill_summary
+            caption = (f"{task.name} / {arm.name}: trace survival (teacher {s.get('teacher', '?')}, "
+                       f"{s.get('attempts', '?')} attempts per item, keep {s.get('keep', '?')})")
+            blocks.append(TableBlock(["items", "n", "survived", "survival rate", "mean attempts used"],
+                                     _survival_rows(s), caption))
+    return blocks
+
+
+# ---------------------------------------------------------------- assembly
+
+BUILDERS = {"comparison": comparison, "curves": curves, "length": lengths, "drift": drift,
+            "advantages": advantages, "roc": roc, "distill": distillation}
+
+
+def report_blocks(run: RunData, sink: FigureSink) -> list[Block]:
+    """The report's blocks: a header, the seven ``SECTIONS`` (each "not run" when empty), and
+    the unreadable files, if any."""
+    arms = [a for t in run.tasks for a in t.arms]
+    counts = ", ".join(f"{sum(a.status == s for a in arms)} {s}" for s in ("done", "failed", "skipped", "pending", "running")
+                       if any(a.status == s for a in arms))
+    blocks: list[Block] = [Para(f"Run directory {run.run_dir}; recipe {run.recipe or '?'}; {len(run.tasks)} task(s), "
+                                f"{len(arms)} arm(s){': ' + counts if counts else ''}. Built from the run's files only.")]
+    for anchor, title in SECTIONS:
+        blocks.append(Heading(title, 2, anchor))
+        body: list[Block] = []
+        for task in run.tasks:
+            part = BUILDERS[anchor](task, sink)
+            if part:
+                body += [Heading(f"Task {task.name}", 3)] + part
+        blocks += body or [Para(f"Not run: {NOT_RUN[anchor]}", "note")]
+    if run.problems:
+        blocks += [Heading("Unreadable files", 2, "problems"), Items(run.problems)]
+    return blocks
+
+
+def build_report(run_dir: str | Path, out: str | Path | None = None) -> ReportResult:
+    """Write ``report.html`` and ``report.md`` (and ``figures/*.png``) for the ladder run in
+    ``run_dir`` into ``out`` (default ``RUN_DIR/report``). ValueError when it is not a ladder run."""
+    run = collect_run(run_dir)
+    out = Path(out) if out is not None else Path(run_dir) / "report"
+    sink = FigureSink(out)
+    blocks = report_blocks(run, sink)
+    title = f"labelrl report: {run.recipe or Path(run_dir).name}"
+    html_path, md_path = out / "report.html", out / "report.md"
+    atomic_write_text(html_path, to_html(title, blocks))
+    atomic_write_text(md_path, to_markdown(title, blocks))
+    return ReportResult(html_path, md_path, list(sink.written), run)

@@ -1,0 +1,311 @@
+"""Read a ladder run directory into plain data for the report (files only; no model, no torch).
+
+``collect_run(run_dir)`` reads ``ladder.json`` (required) and, per task and arm, whatever of
+the layout ``labelrl ladder`` writes is there: ``audit.json``, the arms' ``metrics.jsonl``,
+``sft_metrics.jsonl`` and rollout log, ``eval/ARM-*.json``, ``analysis/*.json`` and the
+distill arms' ``traces.summary.json``, a failed arm's ``error.txt``. From ladder.json it also
+takes the run order (``task_order``, ``arm_order``), the ceiling with its interval and source,
+and the ladder's notes on analyses it could not make. A missing file leaves its field empty;
+an unreadable one does too and adds a line to ``problems`` (the report prints them), so a
+half-finished or damaged run still gets a report.
+
+Two quantities are computed here from the rollout log rather than read:
+
+* per step, rollout accuracy and **balanced accuracy**: for each reference label present in
+  the step, the share of its rollouts whose parsed answer equals the label (trimmed and
+  case-folded, as everywhere; an unparsed answer is wrong), averaged over those labels;
+* per **completion-length bucket** (equal-width buckets in tokens over all steps): the
+  think-closure rate, truncation rate and mean reward (the truncation tax).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from labelrl import metrics_keys as K
+from labelrl.evaluate.ledger import summary_metrics
+from labelrl.fileio import read_jsonl
+from labelrl.types import canonical_label
+
+LADDER_FILE = "ladder.json"
+N_LENGTH_BUCKETS = 8
+# The rollout columns the report needs (labelrl.rollout.log.ROLLOUT_SCHEMA names); that module
+# is not imported because its package imports torch.
+ROLLOUT_COLUMNS = ("step", "label", "answer", "reward", "completion_tokens", "truncated", "think_closed")
+RL_TYPES = ("rl", "random_reward", "cot_rl")
+TRACEBACK_LINES = 15
+# ladder.json is written with sorted keys; the ladder keeps the run order in task_order and
+# arm_order. Without them, arms are ordered by type as the ladder runs them (then by name).
+TYPE_ORDER = ("sft", "rl", "random_reward", "distill", "control", "cot_sft", "cot_rl")
+
+
+@dataclass
+class ArmData:
+    """One arm of a task: its ladder.json entry plus what its files hold."""
+
+    name: str
+    type: str
+    status: str
+    dir: Path
+    preset: str | None = None
+    error: str | None = None
+    seconds: float | None = None
+    depends_on: list[str] = field(default_factory=list)
+    val: dict | None = None
+    holdout: dict | None = None
+    holdout_repeat: bool = False
+    ood: dict[str, dict] = field(default_factory=dict)
+    steps: list[dict] = field(default_factory=list)  # metrics.jsonl records (RL), one per step
+    sft_records: list[dict] = field(default_factory=list)  # sft_metrics.jsonl records
+    rollout_steps: list[dict] = field(default_factory=list)  # rollout_step_stats()
+    length_buckets: list[dict] = field(default_factory=list)  # length_buckets()
+    distill_summary: dict | None = None
+    same_model_as: str | None = None  # holdout result shared with this arm (identical weights)
+    traceback: str | None = None  # ARM/error.txt of a failed arm
+
+    @property
+    def is_rl(self) -> bool:
+        """Trained by RL: it has (or should have) per-step RL metrics."""
+        return self.type in RL_TYPES or bool(self.steps)
+
+    @property
+    def label(self) -> str:
+        """The name shown in legends: ``grpo``, or ``arm2 (corpo)`` when the name is not the preset."""
+        return self.name if not self.preset or self.preset == self.name else f"{self.name} ({self.preset})"
+
+
+@dataclass
+class TaskData:
+    """One task (dataset) of the ladder with its arms and analyses."""
+
+    name: str
+    dir: Path
+    kind: str | None = None
+    labels: list[str] = field(default_factory=list)
+    positive_label: str | None = None
+    data: str | None = None
+    ceiling: float | None = None
+    ceiling_ci: list[float] | None = None
+    ceiling_source: str | None = None
+    ood_names: list[str] = field(default_factory=list)
+    audit: dict | None = None
+    arms: list[ArmData] = field(default_factory=list)
+    sweep: dict | None = None
+    routes: dict[str, dict] = field(default_factory=dict)  # arm name → route() result
+    compare: dict | None = None
+    analysis_notes: dict[str, str] = field(default_factory=dict)  # sweep/route/compare → why not made
+
+    def rl_arms(self) -> list[ArmData]:
+        return [a for a in self.arms if a.is_rl]
+
+
+@dataclass
+class RunData:
+    """Everything the report shows, read from ``run_dir``; ``problems`` lists unreadable files."""
+
+    run_dir: Path
+    recipe: str | None
+    tasks: list[TaskData]
+    problems: list[str] = field(default_factory=list)
+
+
+def read_json(path: Path, problems: list[str]) -> dict | None:
+    """The JSON object in ``path``; None when absent or unreadable (noted in ``problems``)."""
+    if not path.is_file():
+        return None
+    try:
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError, OSError) as exc:
+        problems.append(f"{path}: unreadable ({exc}); its part of the report is left out")
+        return None
+    if not isinstance(value, dict):
+        problems.append(f"{path}: expected a JSON object, found {type(value).__name__}; left out")
+        return None
+    return value
+
+
+def rollout_step_stats(table: pa.Table) -> list[dict]:
+    """Per step: ``{"step", "n", "accuracy", "balanced_accuracy"}`` of the rollouts (module docstring)."""
+    if table.num_rows == 0:
+        return []
+    steps = np.asarray(table.column("step").to_pylist(), dtype=np.int64)
+    labels = np.array([canonical_label(v) for v in table.column("label").to_pylist()], dtype=object)
+    answers = table.column("answer").to_pylist()
+    correct = np.array([a is not None and canonical_label(a) == t for a, t in zip(answers, labels)])
+    out = []
+    for step in np.unique(steps):
+        mask = steps == step
+        recalls = [correct[mask & (labels == label)].mean() for label in np.unique(labels[mask])]
+        out.append({"step": int(step), "n": int(mask.sum()), "accuracy": float(correct[mask].mean()),
+                    "balanced_accuracy": float(np.mean(recalls))})
+    return out
+
+
+def length_buckets(table: pa.Table, n_buckets: int = N_LENGTH_BUCKETS) -> list[dict]:
+    """Equal-width completion-length buckets ``[lo, hi)`` in tokens over all rollouts, each with
+    ``n``, ``think_closed_rate``, ``truncated_rate`` and ``mean_reward`` (None when empty)."""
+    if table.num_rows == 0:
+        return []
+    tokens = np.asarray(table.column("completion_tokens").to_pylist(), dtype=np.int64)
+    closed = np.asarray(table.column("think_closed").to_pylist(), dtype=bool)
+    truncated = np.asarray(table.column("truncated").to_pylist(), dtype=bool)
+    reward = np.asarray(table.column("reward").to_pylist(), dtype=np.float64)
+    lo, hi = int(tokens.min()), int(tokens.max()) + 1
+    # Integer edges, at least one token wide, so a bucket reads "12–15 tokens" exactly.
+    edges = np.unique(np.round(np.linspace(lo, hi, min(n_buckets, hi - lo) + 1)).astype(np.int64))
+    which = np.searchsorted(edges, tokens, side="right") - 1
+    out = []
+    for b in range(len(edges) - 1):
+        mask = which == b
+        n = int(mask.sum())
+        out.append({"lo": int(edges[b]), "hi": int(edges[b + 1]), "n": n,
+                    "think_closed_rate": float(closed[mask].mean()) if n else None,
+                    "truncated_rate": float(truncated[mask].mean()) if n else None,
+                    "mean_reward": float(reward[mask].mean()) if n else None})
+    return out
+
+
+def read_rollout_table(arm_dir: Path, problems: list[str]) -> pa.Table | None:
+    """The report's columns of every ``rollouts/step_*.parquet`` part; None without a log."""
+    parts = sorted((arm_dir / "rollouts").glob("step_*.parquet"))
+    tables = []
+    for part in parts:
+        try:
+            tables.append(pq.read_table(part, columns=list(ROLLOUT_COLUMNS)))
+        except (pa.ArrowInvalid, OSError, KeyError) as exc:
+            problems.append(f"{part}: unreadable rollout part ({exc}); left out")
+    return pa.concat_tables(tables) if tables else None
+
+
+def _step_records(path: Path, problems: list[str]) -> list[dict]:
+    """The records of a metrics JSONL file that carry a step (a torn last line is ignored)."""
+    try:
+        records = read_jsonl(path)
+    except (UnicodeDecodeError, OSError) as exc:
+        problems.append(f"{path}: unreadable ({exc}); left out")
+        return []
+    return [r for r in records if isinstance(r, dict) and K.STEP in r]
+
+
+def _mapping(value) -> dict:
+    return value if isinstance(value, dict) else {}
+
+
+def _eval_json(task_dir: Path, arm: str, split: str, problems: list[str]) -> dict | None:
+    return read_json(task_dir / "eval" / f"{arm}-{split}.json", problems)
+
+
+def _fill_metrics(arm: ArmData, entry: dict, task: TaskData, problems: list[str]) -> None:
+    """Summary metrics from ladder.json, else from the eval JSON files ``labelrl eval`` wrote."""
+
+    def from_file(split: str) -> tuple[dict | None, dict | None]:
+        report = _eval_json(task.dir, arm.name, split, problems)
+        if report is None or not isinstance(report.get("metrics"), dict):
+            return None, None
+        return summary_metrics(report["metrics"]), report.get("ledger") or {}
+
+    arm.val = _mapping(entry.get("val")) or from_file("val")[0]
+    arm.holdout = _mapping(entry.get("holdout")) or None
+    repeat = entry.get("holdout_repeat")
+    if arm.holdout is None or repeat is None:
+        metrics, ledger = from_file("holdout")
+        arm.holdout = arm.holdout or metrics
+        repeat = repeat if repeat is not None else bool((ledger or {}).get("repeat"))
+    arm.holdout_repeat = bool(repeat)
+    arm.same_model_as = entry.get("holdout_same_model_as")
+    ood = {name: m for name, m in _mapping(entry.get("ood")).items() if isinstance(m, dict)}
+    for name in task.ood_names:
+        if not ood.get(name):
+            metrics, _ = from_file(f"ood-{name}")
+            if metrics is not None:
+                ood[name] = metrics
+    arm.ood = {k: v for k, v in ood.items() if v}
+
+
+def _read_arm(name: str, entry: dict, task: TaskData, run_dir: Path, problems: list[str]) -> ArmData:
+    arm_dir = run_dir / entry["dir"] if entry.get("dir") else task.dir / name
+    arm = ArmData(name=name, type=str(entry.get("type", "?")), status=str(entry.get("status", "pending")),
+                  dir=arm_dir, preset=entry.get("preset"), seconds=entry.get("seconds"),
+                  error=None if entry.get("error") is None else str(entry["error"]),
+                  depends_on=list(entry.get("depends_on") or []))
+    _fill_metrics(arm, entry, task, problems)
+    arm.steps = _step_records(arm_dir / "metrics.jsonl", problems)
+    arm.sft_records = _step_records(arm_dir / "sft_metrics.jsonl", problems)
+    rollouts = read_rollout_table(arm_dir, problems)
+    if rollouts is not None:
+        arm.rollout_steps = rollout_step_stats(rollouts)
+        arm.length_buckets = length_buckets(rollouts)
+    if arm.status == "failed" and (arm_dir / "error.txt").is_file():
+        lines = (arm_dir / "error.txt").read_text(encoding="utf-8", errors="replace").strip().splitlines()
+        arm.traceback = "\n".join(lines[-TRACEBACK_LINES:])
+    if arm.type == "distill":
+        # labelrl.distill.teacher.distill_paths(ARM/traces.jsonl).summary, spelled out here
+        # because that module pulls in the judge clients.
+        arm.distill_summary = read_json(arm_dir / "traces.summary.json", problems)
+    return arm
+
+
+def _analysis_notes(analysis) -> dict[str, str]:
+    """Why the ladder made no sweep / routing / decomposition (its ``analysis`` notes and errors)."""
+    analysis = _mapping(analysis)
+    if isinstance(analysis.get("note"), str):  # nothing was analysed at all
+        return {name: analysis["note"] for name in ("sweep", "route", "compare")}
+    notes = {}
+    for name in ("sweep", "route", "compare"):
+        part = _mapping(analysis.get(name))
+        why = part.get("error") or part.get("note")
+        if why:
+            notes[name] = str(why)
+    return notes
+
+
+def _read_task(name: str, entry: dict, run_dir: Path, problems: list[str]) -> TaskData:
+    task = TaskData(name=name, dir=run_dir / name, kind=entry.get("kind"), labels=list(entry.get("labels") or []),
+                    positive_label=entry.get("positive_label"), data=entry.get("data"),
+                    ood_names=list(entry.get("ood") or []))
+    task.audit = read_json(task.dir / "audit.json", problems)
+    if "ceiling" in entry:  # the ladder chose it (duplicates, or the raters' split-half estimate)
+        task.ceiling, task.ceiling_ci, task.ceiling_source = (entry.get("ceiling"), entry.get("ceiling_ci"),
+                                                              entry.get("ceiling_source"))
+    elif task.audit is not None:
+        task.ceiling, task.ceiling_ci, task.ceiling_source = task.audit.get("ceiling"), task.audit.get("ceiling_ci"), "duplicates"
+    arms = _mapping(entry.get("arms"))
+    read = [_read_arm(arm, _mapping(arms[arm]), task, run_dir, problems) for arm in arms]
+    rank = {t: i for i, t in enumerate(TYPE_ORDER)}
+    order = {name: i for i, name in enumerate(entry.get("arm_order") or [])}
+    task.arms = sorted(read, key=lambda a: (order.get(a.name, len(order)), rank.get(a.type, len(rank)), a.name))
+    task.analysis_notes = _analysis_notes(entry.get("analysis"))
+    analysis = task.dir / "analysis"
+    task.sweep = read_json(analysis / "sweep.json", problems)
+    task.compare = read_json(analysis / "compare.json", problems)
+    for path in sorted(analysis.glob("route-*.json")):
+        result = read_json(path, problems)
+        if result is not None:
+            task.routes[path.stem.removeprefix("route-")] = result
+    return task
+
+
+def collect_run(run_dir: str | Path) -> RunData:
+    """Read ``run_dir`` (see the module docstring). Raises ValueError when it is not a ladder run."""
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise ValueError(f"run_dir={str(run_dir)!r} is not a directory; pass the --out directory of `labelrl ladder`")
+    problems: list[str] = []
+    ladder = read_json(run_dir / LADDER_FILE, problems)
+    if ladder is None:
+        why = problems[0] if problems else f"{run_dir / LADDER_FILE} does not exist"
+        raise ValueError(f"{why}: a report needs the ladder's state file; run `labelrl ladder RECIPE.yaml --out {run_dir}` first")
+    tasks = ladder.get("tasks") or {}
+    if not isinstance(tasks, dict):
+        raise ValueError(f"{run_dir / LADDER_FILE}: 'tasks' must map task names to their entries; "
+                         "was it written by `labelrl ladder`?")
+    given = [t for t in ladder.get("task_order") or [] if t in tasks]
+    order = given + [t for t in tasks if t not in given]
+    read = [_read_task(name, _mapping(tasks[name]), run_dir, problems) for name in order]
+    return RunData(run_dir=run_dir, recipe=ladder.get("recipe"), tasks=read, problems=problems)

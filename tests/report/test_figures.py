@@ -1,0 +1,161 @@
+"""labelrl.report.figures: every figure titled, with unit-bearing axis labels, drawn from the data."""
+
+from __future__ import annotations
+
+import math
+
+import matplotlib.pyplot as plt
+import pytest
+
+from labelrl import metrics_keys as K
+from labelrl.report import figures as F
+from labelrl.report.collect import collect_run
+
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.fixture(scope="module")
+def arms(ladder_run):
+    run = collect_run(ladder_run)
+    spam = next(t for t in run.tasks if t.name == "spam")
+    return {a.name: a for a in spam.arms}, spam
+
+
+def all_figures(arms_task):
+    arms, task = arms_task
+    grpo, corpo, sft = arms["grpo"], arms["corpo"], arms["sft"]
+    return {
+        "reward": F.reward_accuracy_figure("grpo", grpo.steps, grpo.rollout_steps, 0.96),
+        "sft": F.sft_eval_figure("sft", sft.sft_records, 0.96),
+        "length": F.length_figure("grpo", grpo.steps),
+        "tax": F.truncation_tax_figure("grpo", grpo.length_buckets),
+        "drift": F.skip_drift_figure("grpo", grpo.steps),
+        "failed": F.failed_positive_figure("spam", [("grpo", grpo.steps), ("corpo", corpo.steps)]),
+        "corpo": F.corpo_regime_figure("spam", [("corpo", corpo.steps)]),
+        "decomposition": F.decomposition_figure("spam", task.compare, 0.96),
+    }
+
+
+def test_every_axes_has_a_title_and_axis_labels_with_units(arms):
+    figures = all_figures(arms)
+    try:
+        for name, fig in figures.items():
+            for ax in fig.axes:
+                assert ax.get_title(), name
+                for label in (ax.get_xlabel(), ax.get_ylabel()):
+                    assert "(" in label and label.endswith(")"), f"{name}: {label!r} names no unit"
+    finally:
+        for fig in figures.values():
+            plt.close(fig)
+
+
+def _lines(ax) -> dict[str, object]:
+    return {line.get_label(): line for line in ax.get_lines()}
+
+
+def test_reward_figure_plots_the_logged_and_computed_series_with_the_ceiling(arms):
+    grpo = arms[0]["grpo"]
+    fig = F.reward_accuracy_figure("grpo", grpo.steps, grpo.rollout_steps, 0.96)
+    left, right = fig.axes
+    assert list(_lines(left)["mean reward"].get_ydata()) == [s[K.REWARD_MEAN] for s in grpo.steps]
+    lines = _lines(right)
+    assert list(lines["balanced accuracy"].get_ydata()) == [r["balanced_accuracy"] for r in grpo.rollout_steps]
+    assert list(lines["accuracy"].get_ydata()) == [s[K.ACCURACY] for s in grpo.steps]
+    ceiling = lines["label ceiling 1 − ε = 0.960"]
+    assert list(ceiling.get_ydata()) == [0.96, 0.96]
+    plt.close(fig)
+    fig = F.reward_accuracy_figure("grpo", grpo.steps, grpo.rollout_steps, None)
+    assert not any(label.startswith("label ceiling") for label in _lines(fig.axes[1]))
+    plt.close(fig)
+
+
+def test_sft_figure_plots_only_the_eval_steps_with_the_ceiling(arms):
+    sft = arms[0]["sft"]
+    fig = F.sft_eval_figure("sft", sft.sft_records, 0.5)
+    lines = _lines(fig.axes[0])
+    assert list(lines["val balanced accuracy"].get_xdata()) == [4, 8]  # evals every 4 steps
+    assert "label ceiling 1 − ε = 0.500" in lines
+    assert len(_lines(fig.axes[1])["train loss"].get_xdata()) == 8
+    plt.close(fig)
+
+
+def test_failed_positive_figure_has_one_line_per_arm(arms):
+    a = arms[0]
+    fig = F.failed_positive_figure("spam", [("grpo", a["grpo"].steps), ("corpo", a["corpo"].steps)])
+    assert set(_lines(fig.axes[0])) == {"grpo", "corpo"}
+    assert list(_lines(fig.axes[0])["corpo"].get_ydata()) == [s[K.FAILED_POSITIVE_FRAC] for s in a["corpo"].steps]
+    plt.close(fig)
+
+
+def test_label_share_has_a_gap_where_every_group_was_uniform():
+    info, data = K.per_label(K.LABEL_SHARE_INFORMATIVE, "spam"), K.per_label(K.LABEL_SHARE_DATA, "spam")
+    steps = [{K.STEP: 1, K.UNIFORM_FRAC: 1.0, info: 0.0, data: 0.2},
+             {K.STEP: 2, K.UNIFORM_FRAC: 0.5, info: 0.6, data: 0.2}]
+    fig = F.skip_drift_figure("grpo", steps)
+    lines = _lines(fig.axes[1])
+    shares = list(lines["spam: informative groups"].get_ydata())
+    assert math.isnan(shares[0]) and shares[1] == 0.6  # step 1 had no informative group to take a share of
+    assert list(lines["spam: training data"].get_ydata()) == [0.2, 0.2]
+    assert lines["spam: training data"].get_linestyle() == "--"
+    plt.close(fig)
+
+
+def test_truncation_tax_bars_are_the_bucket_mean_rewards(arms):
+    buckets = arms[0]["grpo"].length_buckets
+    fig = F.truncation_tax_figure("grpo", buckets)
+    heights = [bar.get_height() for bar in fig.axes[1].patches]
+    assert heights == pytest.approx([b["mean_reward"] for b in buckets if b["n"]])
+    plt.close(fig)
+
+
+def test_save_figure_writes_a_png_and_closes_the_figure(tmp_path, arms):
+    fig = F.length_figure("grpo", arms[0]["grpo"].steps)
+    data = F.save_figure(fig, tmp_path / "figures" / "x.png")
+    assert data.startswith(PNG) and (tmp_path / "figures" / "x.png").read_bytes() == data
+    assert fig.number not in plt.get_fignums()
+
+
+def test_roc_names_operating_points_by_arm(monkeypatch, tmp_path, arms):
+    seen = {}
+
+    def fake_plot_roc(result, path):
+        seen.update(result)
+        path.write_bytes(PNG)
+        return path
+
+    monkeypatch.setattr(F, "plot_roc", fake_plot_roc)
+    sweep = arms[1].sweep
+    assert F.roc_png(sweep, tmp_path / "roc.png") == PNG
+    names = [p["name"] for p in seen["operating_points"]]
+    assert names[-2:] == ["grpo", "corpo"] and "best balanced accuracy" in names
+    assert sweep["operating_points"][-1]["name"].endswith("corpo-val.parquet")  # the input is left as it was
+
+
+def test_roc_and_cascade_pngs_are_drawn(tmp_path, arms):
+    task = arms[1]
+    assert F.roc_png(task.sweep, tmp_path / "roc.png").startswith(PNG)
+    assert F.cascade_png(task.routes["grpo"], tmp_path / "cascade.png").startswith(PNG)
+
+
+@pytest.mark.parametrize("source, arm", [("/r/spam/eval/grpo-val.parquet", "grpo"), ("cot_rl-holdout.csv", "cot_rl"),
+                                         ("model7", "model7"), (None, "None")])
+def test_source_arm(source, arm):
+    assert F.source_arm(source) == arm
+
+
+def test_render_png_closes_a_figure_whose_drawing_failed(tmp_path):
+    def broken():
+        plt.subplots()
+        raise KeyError("roc_curve")
+
+    before = set(plt.get_fignums())
+    with pytest.raises(KeyError):
+        F.render_png(broken, tmp_path / "x.png")
+    assert set(plt.get_fignums()) == before and not (tmp_path / "x.png").exists()
+
+
+def test_roc_png_of_an_incomplete_sweep_raises_and_leaves_no_figure_open(tmp_path):
+    before = set(plt.get_fignums())
+    with pytest.raises(KeyError):
+        F.roc_png({"n": 3, "compared": []}, tmp_path / "roc.png")
+    assert set(plt.get_fignums()) == before

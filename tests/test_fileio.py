@@ -1,0 +1,21 @@
+"""Atomic writes leave no temporary files and give files the mode a plain open() would."""
+
+from __future__ import annotations
+
+import stat
+
+from labelrl.fileio import UMASK, atomic_write_dir, atomic_write_json, read_jsonl, append_jsonl
+
+
+def test_atomic_files_and_dirs_get_the_usual_permissions(tmp_path):
+    atomic_write_json(tmp_path / "a.json", {"x": 1})
+    atomic_write_dir(tmp_path / "d", lambda d: (d / "f.txt").write_text("y"))
+    assert stat.S_IMODE((tmp_path / "a.json").stat().st_mode) == 0o666 & ~UMASK
+    assert stat.S_IMODE((tmp_path / "d").stat().st_mode) == 0o777 & ~UMASK
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.json", "d"]  # no temporary names left
+
+
+def test_append_jsonl_round_trips(tmp_path):
+    for i in range(3):
+        append_jsonl(tmp_path / "m.jsonl", {"step": i})
+    assert [r["step"] for r in read_jsonl(tmp_path / "m.jsonl")] == [0, 1, 2]
