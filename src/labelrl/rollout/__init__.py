@@ -3,9 +3,11 @@
 ``BACKENDS.get(name)`` returns a sampler with the ``sample_groups`` signature:
 
 * ``labelrl``: the shared-prompt KV-cache sampler (labelrl.rollout.sampler);
-* ``hf``: Hugging Face ``model.generate`` (labelrl.rollout.hf).
+* ``hf``: Hugging Face ``model.generate`` (labelrl.rollout.hf);
+* ``vllm``: a vLLM engine on GPU machines (labelrl.rollout.vllm), registered only when the
+  ``vllm`` package is installed (``pip install 'labelrl[vllm]'``).
 
-Both return a ``RolloutBatch``. The training pass recomputes log-probs with gradients
+All return a ``RolloutBatch``. The training pass recomputes log-probs with gradients
 through ``completion_logprobs`` / ``completion_logprobs_shared`` (labelrl.rollout.logprobs).
 """
 
@@ -29,17 +31,20 @@ class BackendRegistry(Registry[Sampler]):
     def get(self, name: str) -> Sampler:
         if name == "vllm" and name not in self:
             known = ", ".join(self.names())
-            if importlib.util.find_spec("vllm") is None:
-                reason = "needs the vllm package, which is not installed"
-            else:
-                reason = "is not implemented in this version of labelrl"
-            raise ValueError(f"rollout backend 'vllm' {reason}; choose one of {known}")
+            raise ValueError(f"rollout backend 'vllm' needs the vllm package, which is not installed: {VLLM_PIP_HINT} "
+                             f"on a machine with a CUDA GPU; choose one of {known}")
         return super().get(name)
 
+
+VLLM_PIP_HINT = "pip install 'labelrl[vllm]'"
 
 BACKENDS = BackendRegistry("rollout backend")
 BACKENDS.register("labelrl")(sample_groups)
 BACKENDS.register("hf")(generate_groups)
+if importlib.util.find_spec("vllm") is not None:
+    from labelrl.rollout.vllm import VLLMSampler
+
+    BACKENDS.register("vllm")(VLLMSampler())
 
 __all__ = [
     "BACKENDS",

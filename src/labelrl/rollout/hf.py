@@ -14,7 +14,8 @@ import torch
 from transformers import GenerationConfig
 
 from labelrl.rollout.sampler import (
-    RolloutBatch, check_sampling_args, eval_mode, left_pad, make_generator, model_device, normalise_eos,
+    RolloutBatch, check_prompt_seeds, check_sampling_args, eval_mode, left_pad, make_generator, model_device,
+    normalise_eos,
 )
 
 
@@ -31,6 +32,7 @@ def generate_groups(
     top_k: int = 0,
     seed: int | None = None,
     generator: torch.Generator | None = None,
+    prompt_seeds: Sequence[int] | None = None,
 ) -> RolloutBatch:
     """``sample_groups`` semantics through ``model.generate``.
 
@@ -44,9 +46,17 @@ def generate_groups(
     so the caller's global RNG state is left untouched. Log-probs come from the unprocessed
     logits (``output_logits``), i.e. the temperature-1 policy; they cost N×steps×V floats of
     memory. ``generate`` does not time its prefill apart: all time is in ``decode_s``.
+    ``generate`` draws a whole batch from one stream, so ``prompt_seeds`` (one seed per
+    prompt, see ``sample_groups``) costs one ``generate`` call per prompt.
     """
     check_sampling_args(prompt_ids, group_size=group_size, max_new_tokens=max_new_tokens,
                         pad_token_id=pad_token_id, temperature=temperature, top_p=top_p, top_k=top_k)
+    if prompt_seeds is not None:
+        check_prompt_seeds(prompt_seeds, len(prompt_ids), seed, generator)
+        options = dict(group_size=group_size, max_new_tokens=max_new_tokens, eos_token_ids=eos_token_ids,
+                       pad_token_id=pad_token_id, temperature=temperature, top_p=top_p, top_k=top_k)
+        return join_batches([generate_groups(model, [prompt], seed=int(s), **options)
+                             for prompt, s in zip(prompt_ids, prompt_seeds)])
     rng = make_generator(seed, generator)
     eos = normalise_eos(eos_token_ids)
     greedy = temperature == 0
@@ -68,6 +78,23 @@ def generate_groups(
     batch = _split_completions(new_tokens, logprobs, eos, len(prompt_ids), group_size, max_new_tokens)
     batch.timings = {"prefill_s": 0.0, "decode_s": elapsed, "new_tokens": float(sum(batch.lengths))}
     return batch
+
+
+def join_batches(batches: list[RolloutBatch]) -> RolloutBatch:
+    """Concatenate rollouts of consecutive prompt lists (prompt indices renumbered, times summed)."""
+    joined = RolloutBatch(completion_ids=[], logprobs=[], truncated=[], lengths=[], prompt_index=[],
+                          group_size=batches[0].group_size, timings={})
+    offset = 0
+    for batch in batches:
+        joined.completion_ids += batch.completion_ids
+        joined.logprobs += batch.logprobs
+        joined.truncated += batch.truncated
+        joined.lengths += batch.lengths
+        joined.prompt_index += [offset + i for i in batch.prompt_index]
+        offset += max(batch.prompt_index) + 1
+        for key, value in batch.timings.items():
+            joined.timings[key] = joined.timings.get(key, 0.0) + value
+    return joined
 
 
 def _generation_config(group_size, max_new_tokens, eos, pad_token_id, greedy, temperature, top_p, top_k):

@@ -20,7 +20,7 @@ from typing import Sequence
 
 import torch
 
-from labelrl.rollout.sampler import cache_kwarg, left_pad, model_device, new_cache
+from labelrl.rollout.sampler import cache_kwarg, inner_model, left_pad, model_device, new_cache
 
 
 def completion_logprobs(
@@ -29,6 +29,7 @@ def completion_logprobs(
     completion_ids: Sequence[Sequence[int]],
     *,
     pad_token_id: int,
+    min_width: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Log-probs [N, T] (float32, with gradients when enabled) and mask [N, T] (bool).
 
@@ -36,7 +37,9 @@ def completion_logprobs(
     at temperature 1; T is the longest completion; positions past a completion's end hold 0
     and ``mask`` False. ``prompt_ids`` has one prompt per completion (repeat each of B
     prompts G times, or call ``completion_logprobs_shared``). One forward pass; the model's
-    train/eval mode is left as it is.
+    train/eval mode is left as it is. ``min_width`` pads T up to at least that many columns
+    (masked; the result is unchanged), so processes that train on different completions
+    can make the same sequence of forward calls.
     """
     _check_inputs(prompt_ids, completion_ids, pad_token_id)
     if len(prompt_ids) != len(completion_ids):
@@ -44,7 +47,7 @@ def completion_logprobs(
             f"{len(prompt_ids)} prompts for {len(completion_ids)} completions: completion_logprobs needs one "
             "prompt per completion; repeat each prompt G times, or use completion_logprobs_shared(..., group_size=G)"
         )
-    targets, mask = _right_pad(completion_ids, pad_token_id, model_device(model))
+    targets, mask = _right_pad(completion_ids, pad_token_id, model_device(model), min_width)
     width = targets.shape[1]
     if width == 0:
         return torch.zeros(targets.shape, dtype=torch.float32, device=targets.device), mask
@@ -65,6 +68,7 @@ def completion_logprobs_shared(
     group_size: int,
     *,
     pad_token_id: int,
+    min_width: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Same result as ``completion_logprobs`` with each of the B prompts repeated G times,
     computing each prompt once: ``completion_ids`` [B*G] is grouped contiguously (prompt i
@@ -83,8 +87,8 @@ def completion_logprobs_shared(
         )
     repeated = [p for p in prompt_ids for _ in range(group_size)]
     if _checkpointing(model) and model.training and torch.is_grad_enabled():
-        return completion_logprobs(model, repeated, completion_ids, pad_token_id=pad_token_id)
-    targets, mask = _right_pad(completion_ids, pad_token_id, model_device(model))
+        return completion_logprobs(model, repeated, completion_ids, pad_token_id=pad_token_id, min_width=min_width)
+    targets, mask = _right_pad(completion_ids, pad_token_id, model_device(model), min_width)
     width = targets.shape[1]
     if width == 0:
         return torch.zeros(targets.shape, dtype=torch.float32, device=targets.device), mask
@@ -106,6 +110,7 @@ def completion_logprobs_shared(
 
 def _checkpointing(model: torch.nn.Module) -> bool:
     """Whether activation (gradient) checkpointing is on; the property's name changed in 5.x."""
+    model = inner_model(model)
     for name in ("is_activation_checkpointing", "is_gradient_checkpointing"):
         try:
             return bool(getattr(model, name))
@@ -124,9 +129,10 @@ def _check_inputs(prompt_ids, completion_ids, pad_token_id) -> None:
         raise ValueError(f"pad_token_id={pad_token_id!r}: must be a token id (int >= 0); pass the tokenizer's pad or EOS id")
 
 
-def _right_pad(completion_ids, pad_token_id: int, device) -> tuple[torch.Tensor, torch.Tensor]:
-    """Completion tokens [N, T] right-padded with ``pad_token_id`` and their mask [N, T]."""
-    width = max(len(c) for c in completion_ids)
+def _right_pad(completion_ids, pad_token_id: int, device, min_width: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Completion tokens [N, T] right-padded with ``pad_token_id`` and their mask [N, T];
+    T is the longest completion, or ``min_width`` when that is more."""
+    width = max(max(len(c) for c in completion_ids), min_width or 0)
     targets = torch.full((len(completion_ids), width), pad_token_id, dtype=torch.long)
     mask = torch.zeros((len(completion_ids), width), dtype=torch.bool)
     for n, completion in enumerate(completion_ids):

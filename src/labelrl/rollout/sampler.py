@@ -66,6 +66,15 @@ def check_sampling_args(
         raise ValueError(f"top_k={top_k}: must be >= 0; use 0 to switch top-k off")
 
 
+def check_prompt_seeds(prompt_seeds: Sequence[int], n_prompts: int, seed, generator) -> None:
+    """``prompt_seeds`` replaces ``seed``/``generator`` and needs one seed per prompt."""
+    if seed is not None or generator is not None:
+        raise ValueError("prompt_seeds was given with seed or generator: pass one way of seeding "
+                         "(prompt_seeds for one stream per prompt, seed or generator for one stream)")
+    if len(prompt_seeds) != n_prompts:
+        raise ValueError(f"{len(prompt_seeds)} prompt_seeds for {n_prompts} prompts: pass one seed per prompt")
+
+
 def normalise_eos(eos_token_ids: int | Sequence[int] | None) -> list[int]:
     """One id, several ids or None (no stop token: every sample runs to max_new_tokens)."""
     if eos_token_ids is None:
@@ -130,17 +139,36 @@ def warp_logits(logits: torch.Tensor, *, temperature: float, top_k: int, top_p: 
 
 
 def choose_tokens(
-    logits: torch.Tensor, *, temperature: float, top_k: int, top_p: float, generator: torch.Generator,
+    logits: torch.Tensor, *, temperature: float, top_k: int, top_p: float,
+    generator: torch.Generator | None = None, noise: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Next token per row [N] from raw logits [N, V]: argmax at temperature 0, else a draw."""
+    """Next token per row [N] from raw logits [N, V]: argmax at temperature 0, else a draw.
+
+    The draw uses Exp(1) ``noise`` [N, V] when given (see ``exponential_noise``), else fresh
+    noise from ``generator``.
+    """
     if temperature == 0:
         return logits.argmax(dim=-1)
     scores = warp_logits(logits, temperature=temperature, top_k=top_k, top_p=top_p)
     # Gumbel-max (the "exponential race"): argmax(s − log E) with E ~ Exp(1) is an exact draw
     # from softmax(s), and on a 49k vocabulary about 20× faster than torch.multinomial on CPU.
     # The noise is drawn on the CPU so one seed gives the same tokens on every device.
-    noise = torch.empty(scores.shape, dtype=torch.float32).exponential_(generator=generator)
+    if noise is None:
+        noise = torch.empty(scores.shape, dtype=torch.float32).exponential_(generator=generator)
     return (scores - noise.log().to(scores.device)).argmax(dim=-1)
+
+
+def exponential_noise(live: torch.Tensor, vocab: int, generators: Sequence[torch.Generator], group_size: int) -> torch.Tensor:
+    """Exp(1) noise [len(live), V] for the live rows, each group's rows from its own generator.
+
+    ``live`` holds ascending original row indices (row r belongs to prompt r // G), so each
+    group's live rows are contiguous; a group draws only for its own live rows, so its
+    samples do not depend on which other prompts share the batch.
+    """
+    groups, counts = torch.unique_consecutive(live // group_size, return_counts=True)
+    blocks = [torch.empty((int(n), vocab), dtype=torch.float32).exponential_(generator=generators[int(g)])
+              for g, n in zip(groups.tolist(), counts.tolist())]
+    return torch.cat(blocks)
 
 
 @contextlib.contextmanager
@@ -159,6 +187,12 @@ def model_device(model: torch.nn.Module) -> torch.device:
     return next(model.parameters()).device
 
 
+def inner_model(model: torch.nn.Module) -> torch.nn.Module:
+    """The model inside a DistributedDataParallel-style wrapper (``.module``), else the model:
+    the wrapper forwards calls but hides ``config`` and the forward signature."""
+    return getattr(model, "module", model)
+
+
 def pad_id(tokenizer) -> int:
     """The tokenizer's pad id, else its end-of-sequence id (padding is always masked out)."""
     return tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
@@ -167,12 +201,13 @@ def pad_id(tokenizer) -> int:
 def cache_kwarg(model: torch.nn.Module) -> str:
     """The forward argument that takes the KV cache: ``cache`` in newer transformers 5.x,
     ``past_key_values`` before (still accepted, with a deprecation warning, until 5.40)."""
+    model = inner_model(model)
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
     return "cache" if "cache" in inspect.signature(base.forward).parameters else "past_key_values"
 
 
 def new_cache(model: torch.nn.Module) -> DynamicCache:
-    return DynamicCache(config=model.config)
+    return DynamicCache(config=inner_model(model).config)
 
 
 def sample_groups(
@@ -188,6 +223,7 @@ def sample_groups(
     top_k: int = 0,
     seed: int | None = None,
     generator: torch.Generator | None = None,
+    prompt_seeds: Sequence[int] | None = None,
 ) -> RolloutBatch:
     """Sample ``group_size`` completions for each prompt, sharing each prompt's KV cache.
 
@@ -202,13 +238,22 @@ def sample_groups(
     ``model.generate(do_sample=False)``); otherwise temperature, top-k (0: off) and top-p
     (1.0: off) are applied in that order on float32 logits and a token is drawn with a CPU
     ``torch.Generator``: ``seed`` starts a fresh one, ``generator`` continues yours; the
-    same seed and inputs give the same samples. The model is put in eval mode for the call
-    and restored after. Log-probs are those of the temperature-1 policy (see RolloutBatch).
+    same seed and inputs give the same samples. ``prompt_seeds`` (one per prompt, instead of
+    ``seed``/``generator``) gives each prompt's group its own generator, so a prompt's
+    samples are the same whichever other prompts share the call: a trainer split over
+    several processes then samples what one process would. The model is put in eval mode
+    for the call and restored after. Log-probs are those of the temperature-1 policy (see
+    RolloutBatch).
     """
     check_sampling_args(prompt_ids, group_size=group_size, max_new_tokens=max_new_tokens,
                         pad_token_id=pad_token_id, temperature=temperature, top_p=top_p, top_k=top_k)
-    rng = make_generator(seed, generator)
-    options = dict(temperature=temperature, top_k=top_k, top_p=top_p, generator=rng)
+    options = dict(temperature=temperature, top_k=top_k, top_p=top_p)
+    if prompt_seeds is None:
+        options["generator"] = make_generator(seed, generator)
+    else:
+        check_prompt_seeds(prompt_seeds, len(prompt_ids), seed, generator)
+        options["generators"] = [torch.Generator(device="cpu").manual_seed(int(s)) for s in prompt_seeds]
+        options["group_size"] = group_size
     with torch.inference_mode(), eval_mode(model):
         started = time.perf_counter()
         state = _prefill(model, prompt_ids, group_size, pad_token_id)
@@ -239,9 +284,13 @@ def _decode(model, cache_arg: str, cache, logits, attention_mask, positions, max
     """Decode until every row has stopped; returns per step (live rows, tokens, log-probs)."""
     live = torch.arange(logits.shape[0])  # original row index of each live row
     eos_ids = torch.tensor(eos, dtype=torch.long, device=logits.device)
+    generators, group_size = options.pop("generators", None), options.pop("group_size", None)
     steps = []
     for step in range(max_new_tokens):
-        tokens = choose_tokens(logits, **options)
+        noise = None
+        if generators is not None and options["temperature"] > 0:
+            noise = exponential_noise(live, logits.shape[-1], generators, group_size)
+        tokens = choose_tokens(logits, noise=noise, **options)
         logprobs = logits.gather(-1, tokens[:, None]).squeeze(-1) - torch.logsumexp(logits, dim=-1)
         steps.append((live, tokens.cpu(), logprobs.cpu()))
         keep = ~torch.isin(tokens, eos_ids)

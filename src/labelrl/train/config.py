@@ -6,6 +6,7 @@ Cross-field checks live here, in one place, and name the value, the rule and the
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 from typing import Literal, Optional
 
@@ -101,7 +102,8 @@ class RLConfig(DataOptions, ModelOptions):
     dynamic_sampling: bool = Field(False, description="Keep drawing prompts until B informative groups are found (DAPO), up to --max-sampling-rounds.")
     max_sampling_rounds: int = Field(4, ge=1, description="Dynamic sampling: at most this many rounds of B prompts per step.")
     random_reward: bool = Field(False, description="Control: rewards drawn independently of the answer (spurious-reward control).")
-    backend: Literal["labelrl", "hf"] = Field("labelrl", description="Rollout engine: labelrl's shared-prompt sampler or Hugging Face generate.")
+    backend: Literal["labelrl", "hf", "vllm"] = Field("labelrl", description="Rollout engine: labelrl's shared-prompt sampler, Hugging Face generate, or vLLM (GPU machines; pip install 'labelrl[vllm]').")
+    vllm_gpu_memory: float = Field(0.3, gt=0, le=1, description="--backend vllm: share of each GPU's memory the vLLM engine may take (weights and KV cache); the rest stays for training.")
     skip_uninformative: bool = Field(True, description="Drop groups whose advantages are all 0 before the forward/backward pass. Exact (the loss keeps the whole batch's denominators); turn off only to measure what it saves.")
     stop_after: Optional[int] = Field(None, ge=1, description="Stop cleanly after this many steps in this invocation (checkpoint saved; --resume continues), e.g. for time-limited jobs.")
     checkpoint_every: int = Field(10, ge=1, description="Save a resumable checkpoint every N steps (and at the end).")
@@ -117,6 +119,11 @@ class RLConfig(DataOptions, ModelOptions):
         estimator = self.estimator or ("corpo" if self.preset == "corpo" else None)
         if estimator == "corpo" and self.threshold is None:
             raise ValueError("preset corpo needs its correctness threshold: pass --threshold τ in reward units (e.g. 0.75 for 5-grade partial credit)")
+        if self.backend == "vllm" and importlib.util.find_spec("vllm") is None:
+            raise ValueError(
+                "backend='vllm' needs the vllm package, which is not installed: pip install 'labelrl[vllm]' "
+                "on a machine with a CUDA GPU, or use --backend labelrl"
+            )
         if self.ppo_epochs == 1 and self.surrogate == "clip":
             pass  # allowed: with one on-policy pass the ratio is 1 and clipping is inactive
         return self

@@ -5,29 +5,38 @@ the shared grader → advantages → diagnostics → drop uninformative groups (
 → loss on the rest → optimizer step → log every rollout and the step's metrics →
 checkpoint. The algorithm is chosen only through registries (see labelrl.train.presets);
 nothing here special-cases one.
+
+Under ``accelerate launch`` with P processes, each process samples, grades and computes
+advantages for its own B/P prompts (whole groups, never split), the groups are gathered so
+that every process holds the whole batch, each process trains on an equal share of the
+kept groups with the whole batch's loss denominators, and DDP sums the gradients once per
+optimizer step: the update is the one a single process makes on the same batch. Sampling
+seeds depend on (seed, step, prompt position), never on the process. Only the main process
+writes files (metrics, rollouts, checkpoints, the model, the summary).
 """
 
 from __future__ import annotations
 
+import contextlib
 import re
 import signal
 import time
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
 
 from labelrl import metrics_keys as K
 from labelrl.advantages.diagnostics import advantage_diagnostics
 from labelrl.fileio import RunLock, append_jsonl, atomic_write_json, read_jsonl
-from labelrl.rollout import BACKENDS
 from labelrl.rollout.log import drop_steps_from, write_step
 from labelrl.train import rl_parts as parts
 from labelrl.train.checkpoint import KEEP_LAST, latest_checkpoint, load_checkpoint, save_checkpoint, save_model
 from labelrl.train.config import RLConfig
-from labelrl.train.progress import StepProgress
 from labelrl.train.setup import (
-    init_run_dir, make_accelerator, make_optimizer, ordered_indices, preflight, prepare_data, prepare_model, prompt_ids,
+    any_process, init_run_dir, make_accelerator, make_optimizer, ordered_indices, preflight, prepare_data, prepare_model,
+    process_share, progress_bar, prompt_ids, reduce_value, start_trackers,
 )
 
 METRICS_FILE = "metrics.jsonl"
@@ -40,7 +49,7 @@ class RLRun:
     cfg: RLConfig
     run_dir: object
     data: object
-    model: object
+    model: object  # under several processes the DDP wrapper: the training pass goes through it
     tokenizer: object
     optimizer: object
     scheduler: object
@@ -51,53 +60,81 @@ class RLRun:
     nonfinite_in_row: int = 0
     stop_requested: bool = False
     accelerator: object = None
+    sampler: object = None
+    share: slice = field(default_factory=lambda: slice(None))  # this process's positions in each round's prompts
+
+    @property
+    def policy(self):
+        """The model itself, unwrapped: sampling, reference passes, saving."""
+        return self.accelerator.unwrap_model(self.model)
+
+    @property
+    def is_main(self) -> bool:
+        return self.accelerator.is_main_process
 
 
-def start_run(cfg: RLConfig) -> RLRun:
-    """Run directory, data, model, optimizer; restores the last checkpoint with --resume."""
-    run_dir = init_run_dir(cfg, "rl")
-    metrics_path = run_dir / METRICS_FILE
-    if not cfg.resume and (metrics_path.exists() or latest_checkpoint(run_dir)):
-        raise ValueError(f"--out {run_dir} already holds an RL run; pass --resume to continue it, or choose a new --out")
-    data = prepare_data(cfg, run_dir)
+def start_run(cfg: RLConfig, accelerator=None) -> RLRun:
+    """Run directory, data, model, optimizer; restores the last checkpoint with --resume.
+    The main process prepares the run directory (config, splits) before the others read it."""
+    accelerator = accelerator or make_accelerator(cfg, Path(cfg.out), "rl", trackers=False)
+    share = process_share(cfg.prompts_per_step, accelerator, "prompts_per_step")
+    main = accelerator.is_main_process
+    with accelerator.main_process_first():
+        run_dir = init_run_dir(cfg, "rl", write=main)
+        if main and not cfg.resume and ((run_dir / METRICS_FILE).exists() or latest_checkpoint(run_dir)):
+            raise ValueError(f"--out {run_dir} already holds an RL run; pass --resume to continue it, or choose a new --out")
+        data = prepare_data(cfg, run_dir, write=main)
+    start_trackers(accelerator, cfg, "rl")
     model, tokenizer = prepare_model(cfg)
     optimizer, scheduler = make_optimizer(model, cfg, cfg.steps)
-    accelerator = make_accelerator(cfg, run_dir, "rl")
     model, optimizer = accelerator.prepare(model, optimizer)
     train_prompts = prompt_ids(tokenizer, data.train, data, cfg.mode)
     preflight(model, train_prompts, cfg.max_new_tokens, run_dir, checkpoints=KEEP_LAST + 1)
     run = RLRun(cfg, run_dir, data, model, tokenizer, optimizer, scheduler,
                 algo=parts.resolve_algorithm(cfg, data.dataset.labels, [ex.label for ex in data.train]),
-                train_prompts=train_prompts, accelerator=accelerator)
+                train_prompts=train_prompts, accelerator=accelerator,
+                sampler=parts.make_sampler(cfg, train_prompts), share=share)
     if cfg.resume:
-        ckpt = latest_checkpoint(run_dir)
-        if ckpt is None:
-            raise ValueError(f"--resume: {run_dir} has no checkpoint yet; run without --resume to start")
-        state = load_checkpoint(ckpt, model, optimizer, scheduler)
-        run.step, run.cursor, run.nonfinite_in_row = state["step"], state["cursor"], state["nonfinite_in_row"]
+        resume(run)
+    return run
+
+
+def resume(run: RLRun) -> None:
+    """Every process loads the last checkpoint; the main process drops the metrics and
+    rollouts of the steps after it, which will be redone."""
+    ckpt = latest_checkpoint(run.run_dir)
+    if ckpt is None:
+        raise ValueError(f"--resume: {run.run_dir} has no checkpoint yet; run without --resume to start")
+    state = load_checkpoint(ckpt, run.policy, run.optimizer, run.scheduler)
+    run.step, run.cursor, run.nonfinite_in_row = state["step"], state["cursor"], state["nonfinite_in_row"]
+    if run.is_main:
+        metrics_path = run.run_dir / METRICS_FILE
         kept = [r for r in read_jsonl(metrics_path) if r[K.STEP] <= run.step]
         metrics_path.unlink(missing_ok=True)
         for record in kept:
             append_jsonl(metrics_path, record)
-        drop_steps_from(run_dir, run.step + 1)
-    return run
+        drop_steps_from(run.run_dir, run.step + 1)
+    run.accelerator.wait_for_everyone()
 
 
 def sample_groups_for_step(run: RLRun) -> parts.StepBatch:
     """B prompts × G completions, graded, with advantages; with dynamic sampling, more
-    rounds of B prompts until B informative groups are found or the round cap is hit."""
+    rounds of B prompts until B informative groups are found or the round cap is hit.
+    Each process samples its share of every round; the batch returned is the whole step's."""
     cfg, batches = run.cfg, []
     dynamic = run.algo.dynamic_sampling
     rounds = cfg.max_sampling_rounds if dynamic else 1
     for round_index in range(rounds):
         idx = ordered_indices(len(run.train_prompts), run.cursor, cfg.prompts_per_step, cfg.seed)
         run.cursor += cfg.prompts_per_step
-        rollout = BACKENDS.get(cfg.backend)(
-            run.model, [run.train_prompts[i] for i in idx], **parts.sampling_options(cfg, run.tokenizer),
-            seed=parts.step_seed(cfg.seed, run.step, round_index),
+        positions = list(range(cfg.prompts_per_step))[run.share]
+        mine = [idx[p] for p in positions]
+        rollout = run.sampler(
+            run.policy, [run.train_prompts[i] for i in mine], **parts.sampling_options(cfg, run.tokenizer),
+            prompt_seeds=[parts.prompt_seed(cfg.seed, run.step, round_index, p) for p in positions],
         )
-        batch = parts.grade_and_advantage(run, idx, rollout, round_index)
-        batches.append(batch)
+        batch = parts.grade_and_advantage(run, mine, rollout, round_index, positions)
+        batches.append(parts.gather_batch(run.accelerator, batch))
         if sum(int(b.informative.sum()) for b in batches) >= cfg.prompts_per_step:
             break
     return parts.concat_batches(batches, limit_informative=cfg.prompts_per_step if dynamic else None)
@@ -108,7 +145,10 @@ def update_policy(run: RLRun, batch: parts.StepBatch) -> dict:
 
     Skipping is exact: their loss terms are 0 and the aggregation still divides by the
     whole batch's sequence and token counts, so the update equals the one over all groups.
-    With β > 0 uniform groups still carry the KL term, so nothing is skipped.
+    With β > 0 uniform groups still carry the KL term, so nothing is skipped. Each process
+    trains on its share of the kept groups (``parts.training_share``); a process whose share
+    is empty runs one kept group with weight 0, so that it still takes part in the
+    gradient reduction.
     """
     cfg = run.cfg
     skip = cfg.skip_uninformative and cfg.beta == 0
@@ -116,23 +156,8 @@ def update_policy(run: RLRun, batch: parts.StepBatch) -> dict:
     normaliser = parts.loss_normaliser(batch, keep if run.algo.dynamic_sampling else None, cfg.group_size)
     stats = {K.LOSS: 0.0, K.GRAD_NORM: 0.0, K.KL: 0.0, K.NONFINITE_SKIPPED: 0}
     if keep:
-        old_logprobs = None
-        for _ in range(cfg.ppo_epochs):
-            loss, logprobs, step_stats = parts.policy_loss_for_groups(run, batch, keep, old_logprobs, normaliser)
-            old_logprobs = logprobs.detach() if old_logprobs is None else old_logprobs
-            stats.update(step_stats)
-            if not torch.isfinite(loss):
-                stats[K.NONFINITE_SKIPPED] = 1
-                break
-            run.accelerator.backward(loss)
-            grad_norm = run.accelerator.clip_grad_norm_([p for p in run.model.parameters() if p.requires_grad], cfg.max_grad_norm)
-            if not torch.isfinite(grad_norm):
-                run.optimizer.zero_grad(set_to_none=True)
-                stats[K.NONFINITE_SKIPPED] = 1
-                break
-            run.optimizer.step()
-            run.optimizer.zero_grad(set_to_none=True)
-            stats.update({K.LOSS: loss.item(), K.GRAD_NORM: float(grad_norm)})
+        mine = parts.training_share(keep, run.accelerator)
+        stats.update(optimise(run, batch, mine or keep[:1], normaliser, weight=1.0 if mine else 0.0))
     with warnings.catch_warnings():
         # A step whose groups were all skipped makes no optimizer step, yet the schedule
         # still advances one step so it stays a function of the step number.
@@ -149,34 +174,80 @@ def update_policy(run: RLRun, batch: parts.StepBatch) -> dict:
     return stats
 
 
+def optimise(run: RLRun, batch: parts.StepBatch, groups: list[int], normaliser: dict, weight: float) -> dict:
+    """``ppo_epochs`` optimizer steps on ``groups``; statistics of the whole batch.
+
+    Each process's loss already divides by the whole batch's counts, and DDP averages the
+    gradients over the P processes, so each process back-propagates P × its loss: the
+    average of those is the gradient of the whole batch's loss. A non-finite loss on any
+    process skips the step on all.
+    """
+    cfg, acc = run.cfg, run.accelerator
+    n = acc.num_processes
+    stats: dict = {}
+    old_logprobs = None
+    for _ in range(cfg.ppo_epochs):
+        loss, logprobs, step_stats = parts.policy_loss_for_groups(run, batch, groups, old_logprobs, normaliser)
+        old_logprobs = logprobs.detach() if old_logprobs is None else old_logprobs
+        stats.update(_whole_batch_kl(acc, step_stats, weight))
+        if any_process(acc, not torch.isfinite(loss)):
+            stats[K.NONFINITE_SKIPPED] = 1
+            break
+        acc.backward(loss * (weight * n) if n > 1 else loss)
+        grad_norm = acc.clip_grad_norm_([p for p in run.model.parameters() if p.requires_grad], cfg.max_grad_norm)
+        if not torch.isfinite(grad_norm):
+            run.optimizer.zero_grad(set_to_none=True)
+            stats[K.NONFINITE_SKIPPED] = 1
+            break
+        run.optimizer.step()
+        run.optimizer.zero_grad(set_to_none=True)
+        stats.update({K.LOSS: reduce_value(acc, loss.item() * weight) if n > 1 else loss.item(), K.GRAD_NORM: float(grad_norm)})
+    return stats
+
+
+def _whole_batch_kl(acc, step_stats: dict, weight: float) -> dict:
+    """The KL statistic as a token mean over every process's tokens."""
+    stats = dict(step_stats)
+    tokens = stats.pop("tokens", 0) * weight
+    if acc.num_processes > 1:
+        total = reduce_value(acc, tokens)
+        stats[K.KL] = reduce_value(acc, stats[K.KL] * tokens) / max(total, 1.0)
+    return stats
+
+
 def rl_step(run: RLRun) -> dict:
     started = time.perf_counter()
     batch = sample_groups_for_step(run)
     diagnostics = advantage_diagnostics(batch.rewards, batch.advantages, run.cfg.group_size, **run.algo.diagnostic_options(batch))
     stats = update_policy(run, batch)
     run.step += 1
-    write_step(run.run_dir, run.step, parts.rollout_rows(run, batch))
     record = {K.STEP: run.step, **parts.rollout_metrics(batch), **diagnostics, **stats}
     record[K.STEP_SECONDS] = time.perf_counter() - started
     record[K.TOKENS_PER_S] = batch.new_tokens / max(batch.sample_seconds, 1e-9)
-    record[K.PEAK_MEMORY_MB] = parts.peak_memory_mb()
-    append_jsonl(run.run_dir / METRICS_FILE, record)
+    record[K.PEAK_MEMORY_MB] = reduce_value(run.accelerator, parts.peak_memory_mb(), "max")
+    run.stop_requested = any_process(run.accelerator, run.stop_requested)  # a signal may reach one process only
+    if run.is_main:
+        write_step(run.run_dir, run.step, parts.rollout_rows(run, batch))
+        append_jsonl(run.run_dir / METRICS_FILE, record)
     run.accelerator.log({k: v for k, v in record.items() if k != K.STEP}, step=run.step)
     if run.step % run.cfg.checkpoint_every == 0 or run.step == run.cfg.steps or run.stop_requested:
-        save_checkpoint(run.run_dir, run.step, run.model, run.optimizer, run.scheduler,
-                        {"cursor": run.cursor, "nonfinite_in_row": run.nonfinite_in_row})
+        if run.is_main:
+            save_checkpoint(run.run_dir, run.step, run.policy, run.optimizer, run.scheduler,
+                            {"cursor": run.cursor, "nonfinite_in_row": run.nonfinite_in_row})
+        run.accelerator.wait_for_everyone()
     return record
 
 
 def run_rl(cfg: RLConfig) -> dict:
     """Train for ``cfg.steps`` steps; returns the summary also saved as ``rl_summary.json``.
-    The run directory is locked for the whole run: a second writer is refused."""
-    with RunLock(cfg.out, "rl"):
-        return _run_rl_locked(cfg)
+    The run directory is locked for the whole run (by the main process): a second writer is refused."""
+    accelerator = make_accelerator(cfg, Path(cfg.out), "rl", trackers=False)
+    with RunLock(cfg.out, "rl") if accelerator.is_main_process else contextlib.nullcontext():
+        return _run_rl_locked(cfg, accelerator)
 
 
-def _run_rl_locked(cfg: RLConfig) -> dict:
-    run = start_run(cfg)
+def _run_rl_locked(cfg: RLConfig, accelerator) -> dict:
+    run = start_run(cfg, accelerator)
 
     def request_stop(signum, frame):  # finish the step in flight, checkpoint, stop
         run.stop_requested = True
@@ -184,7 +255,7 @@ def _run_rl_locked(cfg: RLConfig) -> dict:
     previous = {s: signal.signal(s, request_stop) for s in (signal.SIGTERM, signal.SIGINT)}
     last: dict = {}
     try:
-        with StepProgress(cfg.steps, f"rl/{cfg.preset}", quiet=cfg.quiet, start=run.step) as progress:
+        with progress_bar(run.accelerator, cfg.steps, f"rl/{cfg.preset}", quiet=cfg.quiet, start=run.step) as progress:
             started_at = run.step
             while run.step < cfg.steps and not run.stop_requested:
                 if cfg.stop_after is not None and run.step + 1 - started_at >= cfg.stop_after:
@@ -194,12 +265,22 @@ def _run_rl_locked(cfg: RLConfig) -> dict:
                     "reward": last[K.REWARD_MEAN], "len": last[K.LENGTH_MEAN],
                     "trunc": last[K.TRUNCATED_FRAC], "skip": last[K.SKIPPED],
                 })
+        summary = finish_run(run, last)
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         run.accelerator.end_training()
+    return summary
+
+
+def finish_run(run: RLRun, last: dict) -> dict:
+    """The final model (when all steps are done) and ``rl_summary.json``, by the main process."""
+    cfg = run.cfg
     summary = {"steps_done": run.step, "steps": cfg.steps, "stopped_early": run.step < cfg.steps, "last": last}
     if run.step >= cfg.steps:
-        summary["model_dir"] = str(save_model(run.run_dir, run.accelerator.unwrap_model(run.model), run.tokenizer))
-    atomic_write_json(run.run_dir / "rl_summary.json", summary)
+        model_dir = save_model(run.run_dir, run.policy, run.tokenizer) if run.is_main else run.run_dir / "model"
+        summary["model_dir"] = str(model_dir)
+    if run.is_main:
+        atomic_write_json(run.run_dir / "rl_summary.json", summary)
+    run.accelerator.wait_for_everyone()
     return summary

@@ -15,9 +15,11 @@ from labelrl.advantages.diagnostics import uniform_groups
 from labelrl.losses import policy_loss
 from labelrl.rewards.grade import RewardScale, success_threshold
 from labelrl.rewards.reward_fn import RewardConfig, score_completions
+from labelrl.rollout import BACKENDS
 from labelrl.rollout.logprobs import completion_logprobs_shared
 from labelrl.rollout.sampler import pad_id
 from labelrl.train.presets import resolve_preset
+from labelrl.train.setup import gather_objects
 from labelrl.train.setup import peak_memory_mb  # noqa: F401  (re-exported for the loop)
 from labelrl.types import LabelSpace
 
@@ -96,6 +98,25 @@ def step_seed(seed: int, step: int, round_index: int) -> int:
     return (seed * 1_000_003 + step * 1_009 + round_index) % (2**31 - 1)
 
 
+def prompt_seed(seed: int, step: int, round_index: int, position: int) -> int:
+    """Sampling seed of the prompt at ``position`` in the step's round: a pure function of
+    (seed, step, round, position), never of the process that samples it, so one process
+    and several sample the same completions (and resumed runs too)."""
+    return (step_seed(seed, step, round_index) * 1_000_033 + position) % (2**31 - 1)
+
+
+def make_sampler(cfg, prompts: list[list[int]]):
+    """The rollout backend; vLLM gets an engine sized by --vllm-gpu-memory and the longest
+    prompt plus the token cap."""
+    sampler = BACKENDS.get(cfg.backend)
+    if cfg.backend == "vllm":
+        from labelrl.rollout.vllm import VLLMSampler
+
+        longest = max(len(p) for p in prompts)
+        sampler = VLLMSampler(gpu_memory_utilization=cfg.vllm_gpu_memory, max_model_len=longest + cfg.max_new_tokens)
+    return sampler
+
+
 @dataclass
 class StepBatch:
     """One step's groups, contiguous by prompt: rows i*G … i*G+G−1 belong to prompt i."""
@@ -116,24 +137,30 @@ class StepBatch:
     sample_seconds: float
 
 
-def _random_rewards(run, n: int, round_index: int) -> list[float]:
-    """Control arm: rewards drawn independently of the answer, from the reward scale's values."""
+def _random_rewards(run, positions: list[int], round_index: int) -> list[float]:
+    """Control arm: rewards drawn independently of the answer, from the reward scale's values;
+    drawn for the whole round and read at this process's ``positions``, so the draw does
+    not depend on how many processes share the round."""
     scale = run.algo.reward.scale()
     values = sorted({scale.correct, scale.incorrect})
     rng = random.Random(step_seed(run.cfg.seed, run.step, round_index) + 7)
-    return [rng.choice(values) for _ in range(n)]
-
-
-def grade_and_advantage(run, idx: list[int], rollout, round_index: int) -> StepBatch:
-    """Decode, grade with the shared grader, and compute advantages for one round."""
     G = run.cfg.group_size
+    drawn = [rng.choice(values) for _ in range(run.cfg.prompts_per_step * G)]
+    return [drawn[p * G + j] for p in positions for j in range(G)]
+
+
+def grade_and_advantage(run, idx: list[int], rollout, round_index: int, positions: list[int] | None = None) -> StepBatch:
+    """Decode, grade with the shared grader, and compute advantages for the groups of ``idx``
+    (at ``positions`` in the round, by default 0 … len(idx)−1)."""
+    G = run.cfg.group_size
+    positions = list(range(len(idx))) if positions is None else positions
     examples = [run.data.train[i] for i in idx]
     labels = [ex.label for ex in examples for _ in range(G)]
     texts = run.tokenizer.batch_decode(rollout.completion_ids, skip_special_tokens=True)
     graded = score_completions(texts, labels, truncated=rollout.truncated, lengths=rollout.lengths, config=run.algo.reward)
     rewards = [g.reward for g in graded.items]
     if run.cfg.random_reward:
-        rewards = _random_rewards(run, len(rewards), round_index)
+        rewards = _random_rewards(run, positions, round_index)
     reward_t = torch.tensor(rewards, dtype=torch.float64)
     baseline_mask = torch.tensor([g.baseline_mask for g in graded.items])
     advantages = compute_advantages(reward_t, G, run.algo.estimator, mask=baseline_mask, **run.algo.estimator_options)
@@ -170,6 +197,26 @@ def concat_batches(batches: list[StepBatch], limit_informative: int | None) -> S
     )
 
 
+def gather_batch(accelerator, batch: StepBatch) -> StepBatch:
+    """The whole round on every process: each process's groups, in process order (the order
+    one process would have sampled them). Sampling ran in parallel, so its time is the
+    slowest process's."""
+    parts = gather_objects(accelerator, batch)
+    if len(parts) == 1:
+        return batch
+    whole = concat_batches(parts, limit_informative=None)
+    whole.sample_seconds = max(b.sample_seconds for b in parts)
+    return whole
+
+
+def training_share(groups: list[int], accelerator) -> list[int]:
+    """This process's contiguous, near-equal share of the groups to train on. Every process
+    holds the whole batch, so the forward/backward work is split evenly even when the skip
+    rule dropped more groups of one process's sampling than of another's."""
+    n, rank = accelerator.num_processes, accelerator.process_index
+    return groups[rank * len(groups) // n : (rank + 1) * len(groups) // n]
+
+
 def loss_normaliser(batch: StepBatch, groups: list[int] | None, group_size: int) -> dict[str, int]:
     """Sequence and token counts the aggregation divides by: those of ``groups`` (dynamic
     sampling trains on the informative groups only), else of every group sampled."""
@@ -180,12 +227,17 @@ def loss_normaliser(batch: StepBatch, groups: list[int] | None, group_size: int)
 
 
 def policy_loss_for_groups(run, batch: StepBatch, keep: list[int], old_logprobs, normaliser: dict):
-    """Per-token log-probs of the kept groups (each prompt computed once) and the loss."""
+    """Per-token log-probs of the kept groups (each prompt computed once) and the loss.
+
+    Under several processes every process pads its completions to the batch's longest, so
+    all make the same forward calls whatever their share holds.
+    """
     G = run.cfg.group_size
     rows = [g * G + j for g in keep for j in range(G)]
+    width = max(len(c) for c in batch.completion_ids) if run.accelerator.num_processes > 1 else None
     logprobs, mask = completion_logprobs_shared(
         run.model, [batch.prompt_ids[g] for g in keep], [batch.completion_ids[r] for r in rows], G,
-        pad_token_id=pad_id(run.tokenizer),
+        pad_token_id=pad_id(run.tokenizer), min_width=width,
     )
     mask = mask & batch.loss_mask[rows].unsqueeze(1).to(mask.device)
     ref = None
@@ -197,18 +249,20 @@ def policy_loss_for_groups(run, batch: StepBatch, keep: list[int], old_logprobs,
         aggregation=run.algo.aggregation, ref_logprobs=ref, beta=run.cfg.beta,
         max_len=run.cfg.max_new_tokens, **normaliser, **run.algo.surrogate_options,
     )
-    return loss, logprobs, {K.KL: float(stats.get("kl", 0.0))}
+    return loss, logprobs, {K.KL: float(stats.get("kl", 0.0)), "tokens": int(mask.sum())}
 
 
 @torch.no_grad()
 def reference_logprobs(run, batch: StepBatch, keep: list[int], rows: list[int]) -> torch.Tensor:
     """Log-probs under the starting model: the adapter switched off (LoRA only)."""
-    if not hasattr(run.model, "disable_adapter"):
+    policy = run.accelerator.unwrap_model(run.model)  # no gradients: no need for the DDP wrapper
+    if not hasattr(policy, "disable_adapter"):
         raise ValueError("--beta > 0 needs a reference model; it is available with --lora (the adapter is switched off)")
-    with run.model.disable_adapter():
+    width = max(len(c) for c in batch.completion_ids) if run.accelerator.num_processes > 1 else None
+    with policy.disable_adapter():
         ref, _ = completion_logprobs_shared(
-            run.model, [batch.prompt_ids[g] for g in keep], [batch.completion_ids[r] for r in rows],
-            run.cfg.group_size, pad_token_id=pad_id(run.tokenizer),
+            policy, [batch.prompt_ids[g] for g in keep], [batch.completion_ids[r] for r in rows],
+            run.cfg.group_size, pad_token_id=pad_id(run.tokenizer), min_width=width,
         )
     return ref
 

@@ -32,9 +32,12 @@ class RunData:
     rubric: str | None
 
 
-def init_run_dir(cfg, command: str) -> Path:
-    """Create the run directory and save the resolved config (``<command>_config.yaml``)."""
+def init_run_dir(cfg, command: str, *, write: bool = True) -> Path:
+    """Create the run directory and save the resolved config (``<command>_config.yaml``);
+    with ``write=False`` (a process other than the main one) only the path is returned."""
     run_dir = Path(cfg.out)
+    if not write:
+        return run_dir
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
         probe = run_dir / ".write_probe"
@@ -46,8 +49,10 @@ def init_run_dir(cfg, command: str) -> Path:
     return run_dir
 
 
-def prepare_data(cfg: DataOptions, run_dir: Path) -> RunData:
-    """Load and validate the data, and reuse (or make) the run directory's shared splits."""
+def prepare_data(cfg: DataOptions, run_dir: Path, *, write: bool = True) -> RunData:
+    """Load and validate the data, and reuse (or make) the run directory's shared splits.
+    ``write=False`` (a process other than the main one) leaves the skipped-rows report to the
+    main process; splits are read, and made only when missing, so the main process goes first."""
     dataset = load_dataset(
         cfg.data,
         text_cols=cfg.text_col,
@@ -57,7 +62,7 @@ def prepare_data(cfg: DataOptions, run_dir: Path) -> RunData:
         on_bad_row=cfg.on_bad_row,
     )
     check_labels_expressible(dataset.labels)
-    if dataset.skipped_rows:  # --on-bad-row skip: said and saved, never silent
+    if dataset.skipped_rows and write:  # --on-bad-row skip: said and saved, never silent
         saved = write_skipped_rows(dataset, run_dir / "skipped_rows.jsonl")
         print(f"skipped {len(dataset.skipped_rows)} bad rows of {cfg.data}; the list is in {saved}", file=sys.stderr)
     splits = load_or_make_splits(dataset, run_dir, seed=cfg.split_seed)
@@ -159,10 +164,16 @@ def make_optimizer(model, cfg: ModelOptions, total_steps: int):
     return optimizer, scheduler
 
 
-def make_accelerator(cfg: ModelOptions, run_dir: Path, command: str):
+def make_accelerator(cfg: ModelOptions, run_dir: Path, command: str, *, trackers: bool = True):
     """One CPU, one GPU or many (``accelerate launch``): device placement, backward and
     gradient clipping go through accelerate; bf16 autocast where the GPU supports it.
-    With ``--report-to`` the same metrics also reach that tracker."""
+    With ``--report-to`` the same metrics also reach that tracker (``trackers=False``
+    defers that to ``start_trackers``, e.g. until the run directory has been checked).
+
+    Under several processes ``prepare`` wraps the model in DistributedDataParallel, whose
+    forward calls (with gradients) broadcast buffers: every process must make the same
+    forward calls through the wrapper, which the trainers ensure.
+    """
     from accelerate import Accelerator
 
     cuda = torch.cuda.is_available()
@@ -170,10 +181,81 @@ def make_accelerator(cfg: ModelOptions, run_dir: Path, command: str):
         cpu=not cuda, mixed_precision="bf16" if cuda and torch.cuda.is_bf16_supported() else "no",
         log_with=cfg.report_to, project_dir=str(run_dir / "tracking") if cfg.report_to else None,
     )
+    if trackers:
+        start_trackers(accelerator, cfg, command)
+    return accelerator
+
+
+def start_trackers(accelerator, cfg: ModelOptions, command: str) -> None:
     if cfg.report_to:
         flat = {k: (v if isinstance(v, (int, float, str, bool)) else str(v)) for k, v in cfg.model_dump().items()}
         accelerator.init_trackers(f"labelrl-{command}", config=flat)
-    return accelerator
+
+
+def process_share(total: int, accelerator, option: str) -> slice:
+    """This process's contiguous share of the ``total`` items of every step (all of them
+    for a single process); ``option`` names the setting in the error."""
+    n, rank = accelerator.num_processes, accelerator.process_index
+    if total % n:
+        flag = "--" + option.replace("_", "-")
+        raise ValueError(
+            f"{option}={total} does not split evenly over {n} processes: each process takes an equal share "
+            f"of every step; set {flag} to a multiple of {n}"
+        )
+    size = total // n
+    return slice(rank * size, (rank + 1) * size)
+
+
+def gather_objects(accelerator, obj) -> list:
+    """``obj`` of every process, in process order (``[obj]`` for a single process)."""
+    if accelerator.num_processes == 1:
+        return [obj]
+    out = [None] * accelerator.num_processes
+    torch.distributed.all_gather_object(out, obj)
+    return out
+
+
+def reduce_value(accelerator, value: float, op: str = "sum") -> float:
+    """``value`` summed (``op="sum"``) or maximised (``"max"``) over processes."""
+    if accelerator.num_processes == 1:
+        return value
+    tensor = torch.tensor([float(value)], dtype=torch.float64, device=accelerator.device)
+    torch.distributed.all_reduce(tensor, op=torch.distributed.ReduceOp.SUM if op == "sum" else torch.distributed.ReduceOp.MAX)
+    return float(tensor.item())
+
+
+def any_process(accelerator, flag: bool) -> bool:
+    """True on every process when ``flag`` is true on any (keeps their loops in step)."""
+    return reduce_value(accelerator, float(bool(flag)), "max") > 0
+
+
+def broadcast_from_main(accelerator, obj):
+    """The main process's ``obj``, on every process."""
+    if accelerator.num_processes == 1:
+        return obj
+    box = [obj]
+    torch.distributed.broadcast_object_list(box, src=0)
+    return box[0]
+
+
+class _Silent:
+    """Stands in for a progress bar on processes other than the main one."""
+
+    def __enter__(self) -> "_Silent":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        return None
+
+    def update(self, step: int, figures: dict) -> None:
+        return None
+
+
+def progress_bar(accelerator, total: int, name: str, *, quiet: bool, start: int = 0):
+    """The step progress display, on the main process only."""
+    from labelrl.train.progress import StepProgress
+
+    return StepProgress(total, name, quiet=quiet, start=start) if accelerator.is_main_process else _Silent()
 
 
 def peak_memory_mb() -> float:

@@ -8,9 +8,11 @@ and the best model by ``select_metric`` is kept in ``RUN_DIR/model``.
 
 from __future__ import annotations
 
+import contextlib
 import random
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
@@ -22,9 +24,9 @@ from labelrl.fileio import RunLock, append_jsonl, atomic_write_json
 from labelrl.rollout.sampler import pad_id
 from labelrl.train.checkpoint import save_merged, save_model
 from labelrl.train.config import SFTConfig
-from labelrl.train.progress import StepProgress
 from labelrl.train.setup import (
-    RunData, init_run_dir, make_accelerator, make_optimizer, model_device, ordered_indices, preflight, peak_memory_mb, prepare_data, prepare_model, prompt_ids,
+    RunData, broadcast_from_main, init_run_dir, make_accelerator, make_optimizer, model_device, ordered_indices, peak_memory_mb,
+    preflight, prepare_data, prepare_model, process_share, progress_bar, prompt_ids, reduce_value, start_trackers,
 )
 
 
@@ -125,57 +127,97 @@ def greedy_answers(model, tokenizer, prompts: list[list[int]], data: RunData, *,
 
 def run_sft(cfg: SFTConfig) -> dict:
     """Train, evaluate, keep the best model; returns the summary also saved as ``sft_summary.json``.
-    The run directory is locked for the whole run: a second writer is refused."""
-    with RunLock(cfg.out, "sft"):
-        return _run_sft_locked(cfg)
+    The run directory is locked for the whole run (by the main process): a second writer is refused.
+
+    Under ``accelerate launch`` with P processes each process takes its B/P items of every
+    batch; the loss is normalised over the whole batch's assistant tokens, so the update
+    equals one process's on the same batch. The main process evaluates and writes files.
+    """
+    accelerator = make_accelerator(cfg, Path(cfg.out), "sft", trackers=False)
+    with RunLock(cfg.out, "sft") if accelerator.is_main_process else contextlib.nullcontext():
+        try:
+            return _run_sft_locked(cfg, accelerator)
+        finally:
+            accelerator.end_training()
 
 
-def _run_sft_locked(cfg: SFTConfig) -> dict:
-    run_dir = init_run_dir(cfg, "sft")
-    data = prepare_data(cfg, run_dir)
+def _run_sft_locked(cfg: SFTConfig, accelerator) -> dict:
+    share = process_share(cfg.batch_size, accelerator, "batch_size")
+    main = accelerator.is_main_process
+    with accelerator.main_process_first():
+        run_dir = init_run_dir(cfg, "sft", write=main)
+        data = prepare_data(cfg, run_dir, write=main)
+    start_trackers(accelerator, cfg, "sft")
     model, tokenizer = prepare_model(cfg)
     traces = load_kept_traces(cfg.traces) if cfg.mode == "reasoning" else None
     items = build_items(tokenizer, data, cfg, traces)
     preflight(model, [it.input_ids for it in items], 0, run_dir, checkpoints=1)
     total = cfg.max_steps or max(1, round(cfg.epochs * len(items) / cfg.batch_size))
     optimizer, scheduler = make_optimizer(model, cfg, total)
-    accelerator = make_accelerator(cfg, run_dir, "sft")
     model, optimizer = accelerator.prepare(model, optimizer)
     pad = pad_id(tokenizer)
     select_key = K.EVAL_BALANCED_ACCURACY if cfg.select_metric == "balanced_accuracy" else K.EVAL_ACCURACY
     best: dict = {"step": None, select_key: float("-inf")}
     metrics_path = run_dir / "sft_metrics.jsonl"
-    metrics_path.unlink(missing_ok=True)
-    with StepProgress(total, "sft", quiet=cfg.quiet) as progress:
+    if main:
+        metrics_path.unlink(missing_ok=True)
+    with progress_bar(accelerator, total, "sft", quiet=cfg.quiet) as progress:
         for step in range(total):
-            started = time.perf_counter()
-            loss = sft_loss(model, [items[i] for i in ordered_indices(len(items), step * cfg.batch_size, cfg.batch_size, cfg.seed)], pad)
-            accelerator.backward(loss)
-            grad_norm = accelerator.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
-            optimizer.step()
-            scheduler.step()
-            optimizer.zero_grad(set_to_none=True)
-            record = {K.STEP: step + 1, K.LOSS: loss.item(), K.GRAD_NORM: float(grad_norm),
-                      K.LEARNING_RATE: scheduler.get_last_lr()[0], K.STEP_SECONDS: time.perf_counter() - started}
+            batch = [items[i] for i in ordered_indices(len(items), step * cfg.batch_size, cfg.batch_size, cfg.seed)]
+            record = {K.STEP: step + 1, **sft_step(accelerator, model, optimizer, scheduler, batch, share, pad, cfg.max_grad_norm)}
             if (step + 1) % cfg.eval_every == 0 or step + 1 == total:
-                record.update(evaluate_val(model, tokenizer, data, cfg))
-                # ties go to the later (longer-trained) model
-                if record.get(select_key, float("-inf")) >= best[select_key]:
-                    best = {"step": step + 1, **{k: record[k] for k in record if k.startswith("eval/")}}
-                    save_model(run_dir, accelerator.unwrap_model(model), tokenizer)
-            record[K.PEAK_MEMORY_MB] = peak_memory_mb()
-            append_jsonl(metrics_path, record)
+                if main:
+                    record.update(evaluate_val(accelerator.unwrap_model(model), tokenizer, data, cfg))
+                    # ties go to the later (longer-trained) model
+                    if record.get(select_key, float("-inf")) >= best[select_key]:
+                        best = {"step": step + 1, **{k: record[k] for k in record if k.startswith("eval/")}}
+                        save_model(run_dir, accelerator.unwrap_model(model), tokenizer)
+                accelerator.wait_for_everyone()
+            record[K.PEAK_MEMORY_MB] = reduce_value(accelerator, peak_memory_mb(), "max")
+            if main:
+                append_jsonl(metrics_path, record)
             accelerator.log({k: v for k, v in record.items() if k != K.STEP}, step=step + 1)
             progress.update(step + 1, {"loss": record[K.LOSS], "val_ba": record.get(K.EVAL_BALANCED_ACCURACY)})
     summary = {"steps": total, "train_items": len(items), "best": best, "model_dir": str(run_dir / "model")}
-    if cfg.merge:
-        from labelrl.models import load_model
+    if main:
+        if cfg.merge:
+            from labelrl.models import load_model
 
-        best_model, best_tok = load_model(str(run_dir / "model"))
-        summary["merged_dir"] = str(save_merged(run_dir, best_model, best_tok))
-    accelerator.end_training()
-    atomic_write_json(run_dir / "sft_summary.json", summary)
-    return summary
+            best_model, best_tok = load_model(str(run_dir / "model"))
+            summary["merged_dir"] = str(save_merged(run_dir, best_model, best_tok))
+        atomic_write_json(run_dir / "sft_summary.json", summary)
+    return broadcast_from_main(accelerator, summary)
+
+
+def target_tokens(items: list[SFTItem]) -> int:
+    """Assistant tokens the loss covers (everything after each prompt)."""
+    return sum(len(it.input_ids) - it.n_prompt for it in items)
+
+
+def sft_step(accelerator, model, optimizer, scheduler, batch: list[SFTItem], share: slice, pad: int,
+             max_grad_norm: float) -> dict:
+    """One optimizer step on ``batch``, this process computing the loss of ``batch[share]``.
+
+    The loss is the mean over the whole batch's assistant tokens: this process's mean
+    times its share of the tokens, times P because DDP averages the P gradients.
+    """
+    started = time.perf_counter()
+    mine = batch[share]
+    loss = sft_loss(model, mine, pad)
+    n = accelerator.num_processes
+    if n > 1:
+        fraction = target_tokens(mine) / target_tokens(batch)
+        accelerator.backward(loss * (fraction * n))
+        loss_value = reduce_value(accelerator, loss.item() * fraction)
+    else:
+        accelerator.backward(loss)
+        loss_value = loss.item()
+    grad_norm = accelerator.clip_grad_norm_(model.parameters(), max_grad_norm)
+    optimizer.step()
+    scheduler.step()
+    optimizer.zero_grad(set_to_none=True)
+    return {K.LOSS: loss_value, K.GRAD_NORM: float(grad_norm), K.LEARNING_RATE: scheduler.get_last_lr()[0],
+            K.STEP_SECONDS: time.perf_counter() - started}
 
 
 def load_kept_traces(path) -> dict[str, str]:
