@@ -6,6 +6,7 @@ import math
 import random
 import shutil
 import sys
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -146,7 +147,10 @@ def prepare_model(cfg: ModelOptions):
             r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=0.0,
             target_modules="all-linear", task_type="CAUSAL_LM",
         )
-        model = get_peft_model(model, lora)
+        with warnings.catch_warnings():
+            # peft asks transformers 5 for a renamed attribute; the message is for peft's authors
+            warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
+            model = get_peft_model(model, lora)
         model.peft_config["default"].base_model_name_or_path = base_name
     if not cfg.lora:
         for param in model.parameters():
