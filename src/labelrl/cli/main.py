@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 import importlib
+import warnings
 
 import typer
+
+# peft asks transformers 5 for a renamed attribute on every adapter load; the message is for
+# peft's authors, not for people running labelrl.
+warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
 
 app = typer.Typer(
     name="labelrl",
