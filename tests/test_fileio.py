@@ -15,6 +15,21 @@ def test_atomic_files_and_dirs_get_the_usual_permissions(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.json", "d"]  # no temporary names left
 
 
+def test_taking_the_lock_removes_what_a_killed_writer_left(tmp_path):
+    from labelrl.fileio import RunLock
+
+    run = tmp_path / "run"
+    (run / "checkpoints" / ".step_000002.abc.tmp").mkdir(parents=True)
+    (run / ".metrics.json.x1.tmp").write_text("torn")
+    (run / "arm" / ".lock").parent.mkdir()
+    (run / "arm" / ".lock").write_text("")
+    (run / "arm" / ".model.y.tmp").write_text("another run's")
+    (run / "keep.tmp").write_text("not ours: no leading dot")
+    with RunLock(run, "test"):
+        left = sorted(str(p.relative_to(run)) for p in run.rglob("*"))
+    assert left == [".lock", "arm", "arm/.lock", "arm/.model.y.tmp", "checkpoints", "keep.tmp"]
+
+
 def test_append_jsonl_round_trips(tmp_path):
     for i in range(3):
         append_jsonl(tmp_path / "m.jsonl", {"step": i})

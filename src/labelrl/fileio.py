@@ -72,12 +72,21 @@ def atomic_write_dir(path: Path, fill: Callable[[Path], None]) -> None:
         raise
 
 
+def jsonl_line(record: dict) -> str:
+    return json.dumps(record, sort_keys=True, default=float) + "\n"
+
+
+def atomic_write_jsonl(path: Path, records: list[dict]) -> None:
+    """Replace a JSONL file as a whole (e.g. cutting a log back to a checkpoint's step)."""
+    atomic_write_text(path, "".join(jsonl_line(r) for r in records))
+
+
 def append_jsonl(path: Path, record: dict) -> None:
     """Append one JSON line and flush it to disk (a kill loses at most the line in flight)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "a", encoding="utf-8") as handle:
-        handle.write(json.dumps(record, sort_keys=True, default=float) + "\n")
+        handle.write(jsonl_line(record))
         handle.flush()
         os.fsync(handle.fileno())
 
@@ -96,6 +105,25 @@ def read_jsonl(path: Path) -> list[dict]:
         except json.JSONDecodeError:
             break
     return records
+
+
+def remove_stale_temporaries(run_dir: Path) -> list[Path]:
+    """Delete the ``.NAME.*.tmp`` files and directories a killed writer left in ``run_dir``.
+
+    Called by the directory's lock holder, so no live writer owns them. Sub-directories with
+    their own ``.lock`` (another run's directory, e.g. a ladder's arms) are left to their own
+    holder."""
+    removed = []
+    for root, dirs, files in os.walk(run_dir):
+        here = Path(root)
+        dirs[:] = [d for d in dirs if not (here / d / ".lock").exists()]
+        for name in [*files, *dirs]:
+            if name.startswith(".") and name.endswith(".tmp"):
+                target = here / name
+                shutil.rmtree(target, ignore_errors=True) if target.is_dir() else target.unlink(missing_ok=True)
+                removed.append(target)
+        dirs[:] = [d for d in dirs if not (d.startswith(".") and d.endswith(".tmp"))]
+    return removed
 
 
 class RunLock:
@@ -135,6 +163,7 @@ class RunLock:
         handle.write(f"pid {os.getpid()} (labelrl {self.command})")
         handle.flush()
         self._handle = handle
+        remove_stale_temporaries(self.path.parent)
         return self
 
     def __exit__(self, *exc) -> None:

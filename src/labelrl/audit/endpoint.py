@@ -178,7 +178,7 @@ class EndpointJudge:
         seed: int | None = None,
     ) -> str:
         """The endpoint's reply to ``messages`` (``seed`` is sent when given)."""
-        return self._chat(messages, temperature, max_new_tokens, seed, threading.Event())
+        return self._redact(self._chat(messages, temperature, max_new_tokens, seed, threading.Event()))
 
     def _judge_one(self, example: Example, sample_seed: int | None, stop: threading.Event) -> Verdict:
         messages = endpoint_messages(example, self.labels, self.rubric)

@@ -55,6 +55,9 @@ def read_jsonl(path: Path) -> RawTable:
         except json.JSONDecodeError as exc:
             rows.append(RowProblem(row, None, line, f"not valid JSON ({exc.msg} at char {exc.pos})"))
             continue
+        except RecursionError:
+            rows.append(RowProblem(row, None, line, "JSON nested too deeply to read"))
+            continue
         if not isinstance(obj, dict):
             rows.append(RowProblem(row, None, obj, f"a JSONL row must be a JSON object, got {type(obj).__name__}"))
             continue
@@ -65,6 +68,7 @@ def read_jsonl(path: Path) -> RawTable:
 
 def read_csv(path: Path) -> RawTable:
     """A CSV file with a header line; every value is a string (empty → missing)."""
+    csv.field_size_limit(2**31 - 1)  # the default 131,072 characters would refuse texts JSONL and Parquet accept
     reader = csv.DictReader(io.StringIO(decode_utf8(path), newline=""))
     try:
         header = reader.fieldnames

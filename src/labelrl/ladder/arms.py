@@ -127,7 +127,8 @@ def train_arm(arm_type: str, cfg: BaseModel, task_dir: Path, console: Console) -
     elif family == "rl":
         from labelrl.train.rl import run_rl
 
-        summary = run_rl(cfg.model_copy(update={"resume": latest_checkpoint(out) is not None}))
+        started = latest_checkpoint(out) is not None or (out / "metrics.jsonl").exists()
+        summary = run_rl(cfg.model_copy(update={"resume": started}))
         if summary.get("stopped_early"):
             raise LadderStopped(f"{out}: stopped after {summary['steps_done']} of {summary['steps']} steps; "
                                 "re-run the ladder to resume it")

@@ -29,7 +29,7 @@ import torch
 
 from labelrl import metrics_keys as K
 from labelrl.advantages.diagnostics import advantage_diagnostics
-from labelrl.fileio import RunLock, append_jsonl, atomic_write_json, read_jsonl
+from labelrl.fileio import RunLock, append_jsonl, atomic_write_json, atomic_write_jsonl, read_jsonl
 from labelrl.rollout.log import drop_steps_from, write_step
 from labelrl.train import rl_parts as parts
 from labelrl.train.checkpoint import KEEP_LAST, latest_checkpoint, load_checkpoint, save_checkpoint, save_model
@@ -103,16 +103,16 @@ def resume(run: RLRun) -> None:
     """Every process loads the last checkpoint; the main process drops the metrics and
     rollouts of the steps after it, which will be redone."""
     ckpt = latest_checkpoint(run.run_dir)
-    if ckpt is None:
+    metrics_path = run.run_dir / METRICS_FILE
+    if ckpt is not None:
+        state = load_checkpoint(ckpt, run.policy, run.optimizer, run.scheduler)
+        run.step, run.cursor, run.nonfinite_in_row = state["step"], state["cursor"], state["nonfinite_in_row"]
+    elif not metrics_path.exists():
         raise ValueError(f"--resume: {run.run_dir} has no checkpoint yet; run without --resume to start")
-    state = load_checkpoint(ckpt, run.policy, run.optimizer, run.scheduler)
-    run.step, run.cursor, run.nonfinite_in_row = state["step"], state["cursor"], state["nonfinite_in_row"]
+    # else: killed before its first checkpoint; it restarts from step 0 and the steps it logged are dropped
     if run.is_main:
-        metrics_path = run.run_dir / METRICS_FILE
-        kept = [r for r in read_jsonl(metrics_path) if r[K.STEP] <= run.step]
-        metrics_path.unlink(missing_ok=True)
-        for record in kept:
-            append_jsonl(metrics_path, record)
+        # one atomic rewrite: a kill here must not lose the steps the checkpoint covers
+        atomic_write_jsonl(metrics_path, [r for r in read_jsonl(metrics_path) if r[K.STEP] <= run.step])
         drop_steps_from(run.run_dir, run.step + 1)
     run.accelerator.wait_for_everyone()
 
