@@ -4,9 +4,12 @@
 
 SmolLM2-135M-Instruct, 2 prompts of about 100 tokens (96 and 104, cut from one fixed text,
 so left padding is exercised), G = 4 and 8 samples per prompt, 32 new tokens per sample,
-greedy and sampling (temperature 1). EOS is switched off so every sample of both backends
+greedy and sampling (temperature 1). Three backends: ``labelrl`` (the sampler with its fast
+Llama decode step, labelrl.rollout.fast_decode, weight fusing and packing included in every
+call's time), ``labelrl-hf`` (the same sampler decoding through the model's own forward,
+``fast=False``) and ``hf`` (``generate``). EOS is switched off so every sample of both backends
 generates exactly ``--new-tokens`` tokens and the token counts are equal. Each cell is the
-median of ``--runs`` timed runs, the two backends alternating run by run so that machine
+median of ``--runs`` timed runs, the backends alternating run by run so that machine
 noise hits both alike; compare the ratio, not absolute figures across runs. On a shared
 machine the fastest run of each backend is the least disturbed, so the ratio of best runs is
 printed too. ``--threads`` fixes torch's CPU thread count (fewer threads than busy cores
@@ -38,7 +41,12 @@ from rich.table import Table  # noqa: E402
 from labelrl.rollout import generate_groups, sample_groups  # noqa: E402
 from common import matmul_flops  # benchmarks/common.py (the script's own folder is on sys.path)
 
-BACKENDS = {"labelrl": sample_groups, "hf": generate_groups}
+
+def sample_groups_hf_forward(model, prompts, **options):
+    return sample_groups(model, prompts, fast=False, **options)
+
+
+BACKENDS = {"labelrl": sample_groups, "labelrl-hf": sample_groups_hf_forward, "hf": generate_groups}
 MODES = {"greedy": dict(temperature=0.0), "sample": dict(temperature=1.0)}
 PROMPT_LENGTHS = (96, 104)
 TEXT = (
@@ -95,7 +103,7 @@ def run_once(backend: str, model, prompts, group_size: int, mode: str, new_token
 def measure_cell(model, prompts, group_size: int, mode: str, args, n_params: int) -> dict:
     """Both backends on one (G, mode) cell, runs interleaved; medians and the ratio."""
     seconds = {name: [] for name in BACKENDS}
-    prefill = []
+    prefill, fuse, fast_used = [], [], []
     outputs = {}
     for run in range(args.runs):
         for name in BACKENDS:
@@ -104,6 +112,8 @@ def measure_cell(model, prompts, group_size: int, mode: str, args, n_params: int
             outputs[name] = batch.completion_ids
             if name == "labelrl":
                 prefill.append(batch.timings["prefill_s"])
+                fuse.append(batch.timings["fuse_s"])
+                fast_used.append(batch.timings["fast_decode"] == 1.0)
     tokens = len(prompts) * group_size * args.new_tokens
     cell = {"group_size": group_size, "mode": mode, "new_tokens_total": tokens}
     for name, times in seconds.items():
@@ -111,31 +121,40 @@ def measure_cell(model, prompts, group_size: int, mode: str, args, n_params: int
         cell[name] = {"median_s": median, "min_s": min(times), "runs_s": times, "tokens_per_s": tokens / median,
                       "model_flops": 2 * n_params * tokens / median}
     cell["labelrl"]["prefill_median_s"] = statistics.median(prefill)
+    cell["labelrl"]["fuse_median_s"] = statistics.median(fuse)
+    cell["labelrl"]["fast_decode_used"] = all(fast_used)
     cell["speedup"] = cell["labelrl"]["tokens_per_s"] / cell["hf"]["tokens_per_s"]
     cell["speedup_best"] = cell["hf"]["min_s"] / cell["labelrl"]["min_s"]  # fastest run each: less noise-prone
+    cell["speedup_vs_hf_forward"] = cell["labelrl"]["tokens_per_s"] / cell["labelrl-hf"]["tokens_per_s"]
     if mode == "greedy":
-        cell["greedy_outputs_identical"] = outputs["labelrl"] == outputs["hf"]
+        cell["greedy_outputs_identical"] = outputs["labelrl"] == outputs["hf"] == outputs["labelrl-hf"]
     return cell
 
 
 def render(report: dict) -> None:
     table = Table(title=f"Rollout throughput, SmolLM2-135M, prompts {report['prompt_lengths']} tokens, "
                         f"{report['new_tokens']} new tokens, median of {report['runs']}")
-    columns = ("G", "mode", "labelrl tok/s", "hf tok/s", "ratio", "ratio of best runs", "labelrl GFLOP/s", "hf GFLOP/s",
-               "same greedy")
+    columns = ("G", "mode", "labelrl tok/s", "labelrl-hf tok/s", "hf tok/s", "ratio vs hf", "ratio of best runs",
+               "fast vs hf forward", "labelrl GFLOP/s", "hf GFLOP/s", "same greedy")
     for column in columns:
         table.add_column(column, justify="right")
     for cell in report["results"]:
         same = cell.get("greedy_outputs_identical")
         table.add_row(
             str(cell["group_size"]), cell["mode"],
-            f"{cell['labelrl']['tokens_per_s']:.1f}", f"{cell['hf']['tokens_per_s']:.1f}", f"{cell['speedup']:.2f}×",
-            f"{cell['speedup_best']:.2f}×",
+            f"{cell['labelrl']['tokens_per_s']:.1f}", f"{cell['labelrl-hf']['tokens_per_s']:.1f}",
+            f"{cell['hf']['tokens_per_s']:.1f}", f"{cell['speedup']:.2f}×", f"{cell['speedup_best']:.2f}×",
+            f"{cell['speedup_vs_hf_forward']:.2f}×",
             f"{cell['labelrl']['model_flops'] / 1e9:.1f}", f"{cell['hf']['model_flops'] / 1e9:.1f}",
             "-" if same is None else ("yes" if same else "NO"),
         )
-    console = Console(width=max(Console().width, 120))
+    console = Console(width=max(Console().width, 150))
     console.print(table)
+    for cell in report["results"]:
+        fast = cell["labelrl"]
+        console.print(f"G={cell['group_size']} {cell['mode']}: labelrl per call: weight fusing/packing "
+                      f"{fast['fuse_median_s']:.2f} s, prefill {fast['prefill_median_s']:.2f} s (medians); "
+                      f"fast decode used: {'yes' if fast['fast_decode_used'] else 'NO'}")
     console.print(f"fp32 2048×2048 matmul: {report['matmul_flops'] / 1e9:.1f} GFLOP/s "
                   f"(model FLOP/s = 2 × {report['params'] / 1e6:.1f}M params × new tokens/s)")
 

@@ -4,7 +4,9 @@ Each prompt is run through the model once (the B prompts batched with left paddi
 key/value cache is then repeated G times along the batch dimension, and all B*G samples
 decode together, one token per step. Compared with ``model.generate(num_return_sequences=G)``,
 which copies every prompt G times before the first forward pass, the prefill costs B prompt
-passes instead of B*G.
+passes instead of B*G. The prefill always runs through the model's forward; the decode steps
+run through ``labelrl.rollout.fast_decode`` for the Llama models it supports (``fast=True``,
+the default), else through the model's forward (``HFStepper``).
 
 The helpers here (left padding, argument checks, logit warping, seeding, eval mode) are
 shared by every backend, so the backends agree on what each argument means.
@@ -21,6 +23,8 @@ from typing import Iterator, Sequence
 
 import torch
 from transformers import DynamicCache
+
+from labelrl.rollout.fast_decode import FastLlamaDecoder, fuse_llama, unsupported_reason
 
 
 @dataclass
@@ -224,6 +228,7 @@ def sample_groups(
     seed: int | None = None,
     generator: torch.Generator | None = None,
     prompt_seeds: Sequence[int] | None = None,
+    fast: bool = True,
 ) -> RolloutBatch:
     """Sample ``group_size`` completions for each prompt, sharing each prompt's KV cache.
 
@@ -244,6 +249,11 @@ def sample_groups(
     several processes then samples what one process would. The model is put in eval mode
     for the call and restored after. Log-probs are those of the temperature-1 policy (see
     RolloutBatch).
+
+    ``fast`` (default) decodes with ``labelrl.rollout.fast_decode`` when the model is a
+    Llama it supports (LoRA adapters are folded into the weights for the call), else, or with
+    ``fast=False``, through the model's own forward; both give the same logits up to float
+    rounding. ``timings["fast_decode"]`` is 1.0 when the fast path ran.
     """
     check_sampling_args(prompt_ids, group_size=group_size, max_new_tokens=max_new_tokens,
                         pad_token_id=pad_token_id, temperature=temperature, top_p=top_p, top_k=top_k)
@@ -256,31 +266,57 @@ def sample_groups(
         options["group_size"] = group_size
     with torch.inference_mode(), eval_mode(model):
         started = time.perf_counter()
-        state = _prefill(model, prompt_ids, group_size, pad_token_id)
+        weights = fuse_llama(model, len(prompt_ids) * group_size) if fast and unsupported_reason(model) is None else None
+        fused = time.perf_counter()
+        logits, stepper = _prefill(model, prompt_ids, group_size, pad_token_id, weights, max_new_tokens)
         prefilled = time.perf_counter()
-        steps = _decode(model, *state, max_new_tokens, normalise_eos(eos_token_ids), options)
+        steps = _decode(stepper, logits, max_new_tokens, normalise_eos(eos_token_ids), options)
         finished = time.perf_counter()
     batch = _assemble(steps, len(prompt_ids), group_size, max_new_tokens, normalise_eos(eos_token_ids))
-    batch.timings = {"prefill_s": prefilled - started, "decode_s": finished - prefilled,
-                     "new_tokens": float(sum(batch.lengths))}
+    batch.timings = {"fuse_s": fused - started, "prefill_s": prefilled - fused, "decode_s": finished - prefilled,
+                     "new_tokens": float(sum(batch.lengths)), "fast_decode": float(weights is not None)}
     return batch
 
 
-def _prefill(model, prompt_ids, group_size: int, pad_token_id: int):
-    """One forward over the B prompts; returns the cache and state expanded to B*G rows."""
+class HFStepper:
+    """One decode step through the model's own forward and a DynamicCache (the fallback path);
+    the same ``step``/``select`` interface as ``fast_decode.FastLlamaDecoder``."""
+
+    def __init__(self, model, cache, attention_mask: torch.Tensor, next_positions: torch.Tensor):
+        self.model, self.cache, self.cache_arg = model, cache, cache_kwarg(model)
+        self.attention_mask, self.positions = attention_mask, next_positions  # [N, T], [N, 1]
+
+    def select(self, rows: torch.Tensor) -> None:
+        self.cache.batch_select_indices(rows)
+        self.attention_mask, self.positions = self.attention_mask[rows], self.positions[rows]
+
+    def step(self, tokens: torch.Tensor) -> torch.Tensor:
+        """Float32 next-token logits [N, V] after feeding ``tokens`` [N]."""
+        ones = self.attention_mask.new_ones((len(tokens), 1))
+        self.attention_mask = torch.cat([self.attention_mask, ones], dim=-1)
+        out = self.model(input_ids=tokens[:, None], attention_mask=self.attention_mask, position_ids=self.positions,
+                         use_cache=True, **{self.cache_arg: self.cache})
+        self.positions = self.positions + 1
+        return out.logits[:, -1].float()
+
+
+def _prefill(model, prompt_ids, group_size: int, pad_token_id: int, weights, max_new_tokens: int):
+    """One forward over the B prompts; returns the first logits [B*G, V] and a stepper over
+    B*G rows: the fast decoder when ``weights`` are given, else ``HFStepper``."""
     input_ids, attention_mask, position_ids = left_pad(prompt_ids, pad_token_id, model_device(model))
     cache = new_cache(model)
-    cache_arg = cache_kwarg(model)
     out = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-                use_cache=True, logits_to_keep=1, **{cache_arg: cache})
-    cache.batch_repeat_interleave(group_size)
+                use_cache=True, logits_to_keep=1, **{cache_kwarg(model): cache})
     logits = out.logits[:, -1].float().repeat_interleave(group_size, dim=0)  # [B*G, V]
-    next_positions = position_ids[:, -1:].repeat_interleave(group_size, dim=0) + 1  # [B*G, 1]
-    return cache_arg, cache, logits, attention_mask.repeat_interleave(group_size, dim=0), next_positions
+    next_positions = position_ids[:, -1:] + 1  # [B, 1]
+    if weights is not None:
+        return logits, FastLlamaDecoder(weights, cache, attention_mask, next_positions, group_size, max_new_tokens)
+    cache.batch_repeat_interleave(group_size)
+    return logits, HFStepper(model, cache, attention_mask.repeat_interleave(group_size, dim=0),
+                             next_positions.repeat_interleave(group_size, dim=0))
 
 
-def _decode(model, cache_arg: str, cache, logits, attention_mask, positions, max_new_tokens: int,
-            eos: list[int], options: dict):
+def _decode(stepper, logits, max_new_tokens: int, eos: list[int], options: dict):
     """Decode until every row has stopped; returns per step (live rows, tokens, log-probs)."""
     live = torch.arange(logits.shape[0])  # original row index of each live row
     eos_ids = torch.tensor(eos, dtype=torch.long, device=logits.device)
@@ -298,14 +334,9 @@ def _decode(model, cache_arg: str, cache, logits, attention_mask, positions, max
             break
         if not keep.all():
             rows = keep.nonzero().squeeze(-1)
-            cache.batch_select_indices(rows)
+            stepper.select(rows)
             live, tokens = live[rows.cpu()], tokens[rows]
-            attention_mask, positions = attention_mask[rows], positions[rows]
-        attention_mask = torch.cat([attention_mask, attention_mask.new_ones((len(live), 1))], dim=-1)
-        out = model(input_ids=tokens[:, None], attention_mask=attention_mask, position_ids=positions,
-                    use_cache=True, **{cache_arg: cache})
-        logits = out.logits[:, -1].float()
-        positions = positions + 1
+        logits = stepper.step(tokens)
     return steps
 
 

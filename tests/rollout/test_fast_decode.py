@@ -1,0 +1,216 @@
+"""The fast Llama decode step computes what the Hugging Face forward computes: per-step logits
+to 1e-4, the same greedy completions as ``generate``, the same samples as the HF-forward path
+for the same seeds, LoRA folded exactly, and an honest fallback for models it does not cover."""
+
+from __future__ import annotations
+
+import copy
+import os
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing here may reach a model hub
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+from transformers import LlamaConfig, LlamaForCausalLM  # noqa: E402
+
+from labelrl.rollout import sample_groups  # noqa: E402
+from labelrl.rollout.fast_decode import FastLlamaDecoder, PackedLinear, fuse_llama, unsupported_reason  # noqa: E402
+from labelrl.rollout.sampler import HFStepper, _prefill, left_pad  # noqa: E402
+
+PROMPTS = [[1, 5, 6, 7, 8, 9, 10], [1, 20, 21], [1, 30, 31, 32, 33]]  # lengths 7, 3, 5: left padding
+ATOL = 1e-4
+
+
+def tiny_llama(seed: int = 0, vocab: int = 512, **extra) -> LlamaForCausalLM:
+    """The tiny-random architecture (2 layers, hidden 64, 4 heads over 2 kv heads), with
+    weights large enough (init 0.2) that logits spread and greedy paths branch."""
+    torch.manual_seed(seed)
+    config = LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                         num_key_value_heads=2, vocab_size=vocab, max_position_embeddings=256,
+                         initializer_range=0.2, **extra)
+    return LlamaForCausalLM(config).eval()
+
+
+@pytest.fixture(scope="module")
+def model():
+    return tiny_llama()
+
+
+def run(model, fast: bool, prompts=PROMPTS, **options):
+    defaults = dict(group_size=3, max_new_tokens=12, eos_token_ids=None, pad_token_id=0, temperature=0.0)
+    return sample_groups(model, prompts, fast=fast, **{**defaults, **options})
+
+
+def step_logits(model, prompts, group_size: int, tokens_per_step, keep_per_step, fast: bool):
+    """Feed the given tokens step by step, dropping rows as ``keep_per_step`` says; the
+    logits [live, V] of every step, the prefill's first."""
+    with torch.inference_mode():
+        weights = fuse_llama(model) if fast else None
+        logits, stepper = _prefill(model, prompts, group_size, 0, weights, len(tokens_per_step) + 1)
+        assert isinstance(stepper, FastLlamaDecoder if fast else HFStepper)
+        out = [logits]
+        for tokens, keep in zip(tokens_per_step, keep_per_step):
+            if keep is not None:
+                stepper.select(keep)
+            out.append(stepper.step(tokens))
+    return out
+
+
+def test_step_logits_match_hf_stepper_and_unpadded_forward(model):
+    # 9 rows; after step 2 rows 1, 4, 5, 8 finish, after step 4 rows 0 and 6 do too
+    steps = [torch.randint(3, 512, (9,), generator=torch.Generator().manual_seed(s)) for s in range(6)]
+    keep = [None, None, torch.tensor([0, 2, 3, 6, 7]), None, torch.tensor([1, 2, 4]), None]
+    for i, rows in enumerate(keep):  # feed only live rows' tokens
+        live = torch.arange(9) if i == 0 else live[rows] if rows is not None else live
+        steps[i] = steps[i][: len(live)]
+    fast = step_logits(model, PROMPTS, 3, steps, keep, fast=True)
+    slow = step_logits(model, PROMPTS, 3, steps, keep, fast=False)
+    for a, b in zip(fast, slow):
+        torch.testing.assert_close(a, b, atol=ATOL, rtol=0)
+    # and against a plain forward over each surviving row's whole unpadded sequence
+    live, history = torch.arange(9), [[] for _ in range(9)]
+    for tokens, rows in zip(steps, keep):
+        live = live[rows] if rows is not None else live
+        for row, token in zip(live.tolist(), tokens.tolist()):
+            history[row].append(token)
+    for row in live.tolist():
+        ids = torch.tensor([PROMPTS[row // 3] + history[row]])
+        with torch.inference_mode():
+            reference = model(input_ids=ids).logits[0, -1]
+        torch.testing.assert_close(fast[-1][live.tolist().index(row)], reference, atol=ATOL, rtol=0)
+
+
+def test_greedy_equals_hf_path_and_generate_with_rows_ending_apart(model):
+    free = run(model, fast=True, eos_token_ids=None)
+    # an EOS that prompt 0 emits mid-way and the others may not: rows end at different steps
+    eos = free.completion_ids[0][4]
+    fast, slow = run(model, fast=True, eos_token_ids=[eos]), run(model, fast=False, eos_token_ids=[eos])
+    assert fast.timings["fast_decode"] == 1.0 and slow.timings["fast_decode"] == 0.0
+    assert fast.completion_ids == slow.completion_ids
+    assert len(set(fast.lengths)) > 1  # rows really finished at different times
+    ids, mask, _ = left_pad(PROMPTS, 0)
+    out = model.generate(ids.repeat_interleave(3, 0), attention_mask=mask.repeat_interleave(3, 0), do_sample=False,
+                         max_new_tokens=12, eos_token_id=eos, pad_token_id=0)
+    expected = []
+    for tokens in out[:, ids.shape[1]:].tolist():
+        expected.append(tokens[: tokens.index(eos) + 1] if eos in tokens else tokens)
+    assert fast.completion_ids == expected
+    for a, b in zip(fast.logprobs, slow.logprobs):
+        torch.testing.assert_close(torch.tensor(a), torch.tensor(b), atol=ATOL, rtol=0)
+
+
+@pytest.mark.parametrize("options", [
+    dict(seed=11, temperature=1.0),
+    dict(seed=12, temperature=0.7, top_k=40, top_p=0.9),
+    dict(prompt_seeds=[1, 2, 3], temperature=1.0),
+])
+def test_sampled_completions_equal_hf_path_for_the_same_seed(model, options):
+    # The same logits (to float rounding) and the same Gumbel noise give the same draws; on
+    # tiny-random no rounding difference is close enough to flip an argmax.
+    fast = run(model, fast=True, max_new_tokens=16, eos_token_ids=[7, 9], **options)
+    slow = run(model, fast=False, max_new_tokens=16, eos_token_ids=[7, 9], **options)
+    assert fast.timings["fast_decode"] == 1.0
+    assert fast.completion_ids == slow.completion_ids
+    assert fast.truncated == slow.truncated
+    for a, b in zip(fast.logprobs, slow.logprobs):
+        torch.testing.assert_close(torch.tensor(a), torch.tensor(b), atol=ATOL, rtol=0)
+
+
+def lora_model(seed: int = 0, **lora_options):
+    from peft import LoraConfig, get_peft_model
+
+    base = tiny_llama(seed)
+    config = LoraConfig(r=4, lora_alpha=8, target_modules="all-linear", init_lora_weights=False, **lora_options)
+    torch.manual_seed(seed + 1)
+    return get_peft_model(base, config)
+
+
+def test_lora_wrapped_model_decodes_like_its_merged_equivalent():
+    wrapped = lora_model()
+    merged = copy.deepcopy(wrapped).merge_and_unload()
+    ids = torch.tensor([PROMPTS[0]])
+    with torch.inference_mode():
+        assert (wrapped(input_ids=ids).logits - merged(input_ids=ids).logits).abs().max() < ATOL
+        with wrapped.disable_adapter():  # the adapter really moves the logits: folding it is no no-op
+            assert (wrapped(input_ids=ids).logits - merged(input_ids=ids).logits).abs().max() > 0.1
+    assert unsupported_reason(wrapped) is None
+    for options in (dict(temperature=0.0), dict(temperature=1.0, seed=5)):
+        fast = run(wrapped, fast=True, eos_token_ids=[7], **options)
+        reference = run(merged, fast=False, eos_token_ids=[7], **options)
+        plain = run(wrapped, fast=False, eos_token_ids=[7], **options)
+        assert fast.timings["fast_decode"] == 1.0
+        assert fast.completion_ids == reference.completion_ids == plain.completion_ids
+        for a, b in zip(fast.logprobs, reference.logprobs):
+            torch.testing.assert_close(torch.tensor(a), torch.tensor(b), atol=ATOL, rtol=0)
+
+
+def test_lora_with_adapter_switched_off_decodes_the_base_model():
+    wrapped = lora_model(seed=0)
+    with wrapped.disable_adapter():
+        fast = run(wrapped, fast=True, temperature=1.0, seed=3)
+    reference = run(tiny_llama(seed=0), fast=False, temperature=1.0, seed=3)  # the same base weights, no adapter
+    assert fast.timings["fast_decode"] == 1.0
+    assert fast.completion_ids == reference.completion_ids
+    for a, b in zip(fast.logprobs, reference.logprobs):
+        torch.testing.assert_close(torch.tensor(a), torch.tensor(b), atol=ATOL, rtol=0)
+
+
+@pytest.mark.parametrize("build, reason", [
+    (lambda: tiny_llama(mlp_bias=True), "bias"),
+    (lambda: tiny_llama(rope_parameters={"rope_type": "dynamic", "factor": 2.0, "rope_theta": 10000.0}), "rope_type"),
+    (lambda: tiny_llama(hidden_act="gelu"), "hidden_act"),
+    (lambda: lora_model(use_dora=True), "DoRA"),
+])
+def test_unsupported_models_fall_back_to_the_hf_forward(build, reason):
+    model = build().eval()
+    assert reason in unsupported_reason(model)
+    fast, slow = run(model, fast=True), run(model, fast=False)
+    assert fast.timings["fast_decode"] == 0.0
+    assert fast.completion_ids == slow.completion_ids
+
+
+def test_other_architectures_are_refused():
+    from transformers import MistralConfig, MistralForCausalLM
+
+    config = MistralConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=1, num_attention_heads=4,
+                           num_key_value_heads=2, vocab_size=64)
+    assert "not a LlamaForCausalLM" in unsupported_reason(MistralForCausalLM(config))
+
+
+def test_packed_linear_equals_f_linear_for_any_row_count():
+    torch.manual_seed(0)
+    weight, residual_dim = torch.randn(96, 32), 96
+    linear = PackedLinear(weight, rows=8)
+    with torch.inference_mode():
+        for rows in (1, 5, 8, 13):
+            x, residual = torch.randn(rows, 32), torch.randn(rows, residual_dim)
+            torch.testing.assert_close(linear(x), F.linear(x, weight), atol=1e-5, rtol=1e-5)
+            torch.testing.assert_close(linear.add_to(residual, x), residual + F.linear(x, weight), atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.slow
+def test_smollm2_fast_decode_matches_hf_forward_and_generate():
+    from labelrl.models import load_model
+
+    model, tokenizer = load_model("smollm2-135m-instruct")
+    text = "Classify this message as spam or ham: WINNER!! You have been selected for a free cruise. Reply now."
+    ids = tokenizer(text)["input_ids"]
+    prompts = [ids, ids[5:]]  # different lengths: left padding
+    steps = [torch.randint(100, 40000, (4,), generator=torch.Generator().manual_seed(s)) for s in range(4)]
+    keep = [None, torch.tensor([0, 1, 3]), None, None]
+    steps[1:] = [s[:3] for s in steps[1:]]
+    fast = step_logits(model, prompts, 2, steps, keep, fast=True)
+    slow = step_logits(model, prompts, 2, steps, keep, fast=False)
+    for a, b in zip(fast, slow):
+        torch.testing.assert_close(a, b, atol=ATOL, rtol=0)
+    options = dict(group_size=2, max_new_tokens=12, eos_token_ids=[tokenizer.eos_token_id], pad_token_id=0)
+    greedy = sample_groups(model, prompts, temperature=0.0, **options)
+    assert greedy.timings["fast_decode"] == 1.0
+    assert greedy.completion_ids == sample_groups(model, prompts, temperature=0.0, fast=False, **options).completion_ids
+    padded, mask, _ = left_pad(prompts, 0)
+    out = model.generate(padded.repeat_interleave(2, 0), attention_mask=mask.repeat_interleave(2, 0), do_sample=False,
+                         max_new_tokens=12, eos_token_id=tokenizer.eos_token_id, pad_token_id=0)
+    expected = [row[: row.index(tokenizer.eos_token_id) + 1] if tokenizer.eos_token_id in row else row
+                for row in out[:, padded.shape[1]:].tolist()]
+    assert greedy.completion_ids == expected
