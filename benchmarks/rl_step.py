@@ -50,6 +50,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import torch  # noqa: E402
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
+from labelrl.fileio import atomic_write_json  # noqa: E402
 from common import matmul_flops  # noqa: E402  (benchmarks/common.py; the script's folder is on sys.path)
 
 MODEL = "smollm2-135m-instruct"
@@ -283,8 +284,7 @@ def main() -> None:
     }
     render(report)
     if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(report, indent=2))
+        atomic_write_json(args.json, report)
 
 
 if __name__ == "__main__":

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import json
 import os
 import statistics
 import time
@@ -38,6 +37,7 @@ import torch  # noqa: E402
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
+from labelrl.fileio import atomic_write_json  # noqa: E402
 from labelrl.rollout import generate_groups, sample_groups  # noqa: E402
 from common import matmul_flops  # benchmarks/common.py (the script's own folder is on sys.path)
 
@@ -183,8 +183,7 @@ def main() -> None:
     }
     render(report)
     if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(report, indent=2))
+        atomic_write_json(args.json, report)
 
 
 if __name__ == "__main__":

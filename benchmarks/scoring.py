@@ -27,7 +27,6 @@ do at best.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import time
@@ -42,6 +41,7 @@ from rich.table import Table  # noqa: E402
 from labelrl.data import load_dataset  # noqa: E402
 from labelrl.data.prompts import ANSWER_PREFIX, render_messages, render_prompt  # noqa: E402
 from labelrl.data.split import make_splits, select  # noqa: E402
+from labelrl.fileio import atomic_write_json  # noqa: E402
 from labelrl.evaluate.score import label_token_ids, score_labels  # noqa: E402
 from labelrl.models import load_model  # noqa: E402
 from labelrl.rewards import parse_answer  # noqa: E402
@@ -146,7 +146,7 @@ def main() -> None:
     for name, ratio in ratios.items():
         console.print(f"{name}: {ratio:.2f}× the examples per second (medians; best runs {best_ratios[name]:.2f}×)")
     if args.json:
-        args.json.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+        atomic_write_json(args.json, result)
         console.print(f"wrote {args.json}")
 
 

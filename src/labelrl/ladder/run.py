@@ -155,14 +155,11 @@ def rl_training_summary(arm_dir: Path) -> dict[str, Any]:
 def prepare_task(task: TaskSpec, task_dir: Path, seed: int) -> dict[str, Any]:
     """Load the data, make or reuse the shared splits, audit once; the task's state fields."""
     from labelrl.audit import audit_dataset
-    from labelrl.data import load_dataset
-    from labelrl.data.prompts import check_labels_expressible
     from labelrl.data.split import load_or_make_splits
+    from labelrl.train.config import DataOptions
+    from labelrl.train.setup import load_checked_dataset
 
-    dataset = load_dataset(task.data, text_cols=task.text_col, label_col=task.label_col,
-                           labels=[x.strip() for x in task.labels.split(",")] if task.labels else None,
-                           kind=task.kind, on_bad_row=task.on_bad_row)
-    check_labels_expressible(dataset.labels)
+    dataset = load_checked_dataset(DataOptions(**task.data_options()))
     splits = load_or_make_splits(dataset, task_dir, seed=task.split_seed)
     labels = list(dataset.labels.labels)
     positive = task.positive_label or (labels[-1] if dataset.labels.kind == "binary" else None)
@@ -205,7 +202,7 @@ def analyse_task(task: TaskSpec, task_dir: Path, tstate: dict) -> dict:
     if base is None:
         return {"note": "no finished direct SFT arm: nothing to compare against"}
     rl_arms = [n for n, st in arms.items() if st["type"] in RL_TYPES]
-    analysis = task_dir / "analysis"
+    (task_dir / "analysis").mkdir(parents=True, exist_ok=True)
     for name, make in (("sweep", lambda: _sweep(task_dir, base, rl_arms, tstate)),
                        ("route", lambda: _routes(task_dir, base, rl_arms)),
                        ("compare", lambda: _compare(task_dir, base, arms, task.n_boot))):
@@ -213,7 +210,6 @@ def analyse_task(task: TaskSpec, task_dir: Path, tstate: dict) -> dict:
             out[name] = make()
         except Exception as exc:  # an analysis that cannot be made is reported, not fatal
             out[name] = {"error": f"{type(exc).__name__}: {exc}"}
-    analysis.mkdir(parents=True, exist_ok=True)
     return out
 
 
@@ -230,7 +226,6 @@ def _sweep(task_dir: Path, base: str, rl_arms: list[str], tstate: dict) -> dict:
     result = sweep(scored, positive_label=positive, compare=others)
     result["arms"] = {"base": base, "compared": rl_arms}
     path = task_dir / "analysis" / "sweep.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
     result["plot"] = str(plot_roc(result, path.with_suffix(".roc.png")))
     atomic_write_json(path, result)
     return {"file": str(path), "verdicts": {n: c["verdict"] for n, c in zip(rl_arms, result["compared"])}}
@@ -241,13 +236,12 @@ def _routes(task_dir: Path, base: str, rl_arms: list[str]) -> dict:
     from labelrl.evaluate.route import route
 
     audit = task_dir / "audit.json"
+    scored = read_predictions(eval_paths(task_dir, base, "val")[0])
     files = {}
     for name in rl_arms:
-        result = route(read_predictions(eval_paths(task_dir, base, "val")[0]), read_predictions(eval_paths(task_dir, name, "val")[0]),
-                       audit=audit if audit.is_file() else None)
+        result = route(scored, read_predictions(eval_paths(task_dir, name, "val")[0]), audit=audit if audit.is_file() else None)
         result["arms"] = {"a": base, "b": name}
         path = task_dir / "analysis" / f"route-{name}.json"
-        path.parent.mkdir(parents=True, exist_ok=True)
         atomic_write_json(path, result)
         files[name] = str(path)
     return {"files": files}
@@ -264,6 +258,5 @@ def _compare(task_dir: Path, base: str, arms: dict, n_boot: int) -> dict:
     preds = [read_predictions(eval_paths(task_dir, n, "holdout")[0]) for n in (base, control, cot)]
     result = compare_models(*preds, names=[base, control, cot], n_boot=n_boot)
     path = task_dir / "analysis" / "compare.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_json(path, result)
     return {"file": str(path), "filter_effect": result["filter_effect"], "objective_effect": result["objective_effect"]}

@@ -50,19 +50,19 @@ def init_run_dir(cfg, command: str, *, write: bool = True) -> Path:
     return run_dir
 
 
+def load_checked_dataset(cfg: DataOptions) -> Dataset:
+    """The dataset the options name, refused when the answer tag cannot express its labels."""
+    dataset = load_dataset(cfg.data, text_cols=cfg.text_col, label_col=cfg.label_col, labels=cfg.label_list(),
+                           kind=cfg.kind, on_bad_row=cfg.on_bad_row)
+    check_labels_expressible(dataset.labels)
+    return dataset
+
+
 def prepare_data(cfg: DataOptions, run_dir: Path, *, write: bool = True) -> RunData:
     """Load and validate the data, and reuse (or make) the run directory's shared splits.
     ``write=False`` (a process other than the main one) leaves the skipped-rows report to the
     main process; splits are read, and made only when missing, so the main process goes first."""
-    dataset = load_dataset(
-        cfg.data,
-        text_cols=cfg.text_col,
-        label_col=cfg.label_col,
-        labels=cfg.label_list(),
-        kind=cfg.kind,
-        on_bad_row=cfg.on_bad_row,
-    )
-    check_labels_expressible(dataset.labels)
+    dataset = load_checked_dataset(cfg)
     if dataset.skipped_rows and write:  # --on-bad-row skip: said and saved, never silent
         saved = write_skipped_rows(dataset, run_dir / "skipped_rows.jsonl")
         print(f"skipped {len(dataset.skipped_rows)} bad rows of {cfg.data}; the list is in {saved}", file=sys.stderr)
