@@ -48,10 +48,11 @@ from pathlib import Path
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import torch  # noqa: E402
+from common import matmul_flops  # noqa: E402  (benchmarks/common.py; the script's folder is on sys.path)
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
+
 from labelrl.fileio import atomic_write_json  # noqa: E402
-from common import matmul_flops  # noqa: E402  (benchmarks/common.py; the script's folder is on sys.path)
 
 MODEL = "smollm2-135m-instruct"
 DATA = "sms-spam"
@@ -110,11 +111,12 @@ def trl_dataset_and_reward(group_size: int, steps: int, out: Path):
     and labelrl's reward in TRL's signature, resolved exactly as labelrl's trainer does."""
     from datasets import Dataset
 
+    from labelrl.data.prepare import prepare_data
     from labelrl.data.prompts import render_messages, render_prompt
     from labelrl.models import load_model
     from labelrl.rewards.reward_fn import trl_reward_func
     from labelrl.train import rl_parts as parts
-    from labelrl.train.setup import init_run_dir, ordered_indices, prepare_data
+    from labelrl.train.setup import init_run_dir, ordered_indices
 
     cfg = rl_config(group_size, 1 + steps, out, True)
     data = prepare_data(cfg, init_run_dir(cfg, "rl"))

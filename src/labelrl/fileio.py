@@ -81,10 +81,34 @@ def atomic_write_jsonl(path: Path, records: list[dict]) -> None:
     atomic_write_text(path, "".join(jsonl_line(r) for r in records))
 
 
+def drop_torn_tail(path: Path) -> bool:
+    """Cut a last line left unfinished by a kill (no closing newline), so the next append starts
+    on a fresh line; True when something was cut. Reads only the file's last byte when the file
+    is whole."""
+    path = Path(path)
+    if not path.is_file():
+        return False
+    with open(path, "r+b") as handle:
+        size = handle.seek(0, os.SEEK_END)
+        if size == 0:
+            return False
+        handle.seek(size - 1)
+        if handle.read(1) == b"\n":
+            return False
+        handle.seek(0)
+        data = handle.read()
+        handle.truncate(data.rfind(b"\n") + 1)
+        return True
+
+
 def append_jsonl(path: Path, record: dict) -> None:
-    """Append one JSON line and flush it to disk (a kill loses at most the line in flight)."""
+    """Append one JSON line and flush it to disk (a kill loses at most the line in flight).
+
+    A torn last line left by an earlier kill is cut first, so the new record never lands on the
+    same line as a fragment (which would hide it and every later record from a reader)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    drop_torn_tail(path)
     with open(path, "a", encoding="utf-8") as handle:
         handle.write(jsonl_line(record))
         handle.flush()
@@ -92,18 +116,24 @@ def append_jsonl(path: Path, record: dict) -> None:
 
 
 def read_jsonl(path: Path) -> list[dict]:
-    """Read a JSONL file, ignoring a torn last line left by a kill."""
+    """Read a JSONL file. A torn last line (a kill mid-append) is ignored; an unreadable line
+    anywhere else is corruption, and a ValueError names the file and the line."""
     records = []
     path = Path(path)
     if not path.exists():
         return records
-    for line in path.read_text(encoding="utf-8").splitlines():
+    lines = path.read_text(encoding="utf-8").splitlines()
+    last = max((i for i, line in enumerate(lines) if line.strip()), default=-1)
+    for i, line in enumerate(lines):
         if not line.strip():
             continue
         try:
             records.append(json.loads(line))
-        except json.JSONDecodeError:
-            break
+        except json.JSONDecodeError as exc:
+            if i == last:
+                break
+            raise ValueError(f"{path}: line {i + 1} is not JSON ({exc.msg}) and is not the last line, so it is not a "
+                             "torn write but corruption; restore the file from a copy, or remove that line knowingly") from None
     return records
 
 

@@ -6,6 +6,7 @@ import torch
 import yaml
 
 from labelrl.data import load_dataset
+from labelrl.data.options import DataOptions
 from labelrl.data.prompts import ANSWER_PREFIX, render_messages, render_prompt
 from labelrl.data.split import load_splits
 from labelrl.evaluate import predict as predict_module
@@ -13,7 +14,6 @@ from labelrl.evaluate.ledger import read_ledger
 from labelrl.evaluate.predict import evaluate_split, predict, prepare, run_predictions
 from labelrl.evaluate.score import score_labels
 from labelrl.rollout.sampler import RolloutBatch
-from labelrl.train.config import DataOptions
 from labelrl.types import Example, LabelSpace
 
 

@@ -11,8 +11,6 @@ import sys
 import time
 from pathlib import Path
 
-import yaml
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_ladder import toy_rows, write  # noqa: E402
 

@@ -31,7 +31,7 @@ from labelrl.fileio import read_jsonl
 from labelrl.rollout import generate_groups, sample_groups
 from labelrl.rollout.log import read_rollouts
 from labelrl.train import rl_parts as parts
-from labelrl.train.setup import process_share
+from labelrl.train.distributed import process_share
 
 WEIGHT_TOLERANCE = 1e-5
 # Keys that depend on wall time or on the process's memory, not on the computation.

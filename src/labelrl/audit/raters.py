@@ -192,36 +192,13 @@ def rater_noise(
     """
     if n_repeats < 1:
         raise ValueError(f"n_repeats={n_repeats}: split-half needs at least 1 random split")
-    rated = [e for e in examples if len(e.meta.get("ratings") or ()) >= 2]
-    if not rated:
-        raise ValueError(
-            "no example has 2 or more ratings in meta['ratings']: rater noise needs "
-            "every rater's score per item"
-        )
+    rated = _rated_examples(examples)
     k = len(rating_map.labels)
     ratings = pad_ratings([list(map(float, e.meta["ratings"])) for e in rated])
     # Separate streams, so the split-half estimate does not move when n_boot changes.
     single_rng, split_rng, aggregated_rng = (np.random.default_rng([seed, i]) for i in range(3))
-    pairs, disagree = item_disagreement(rating_map.classify(ratings), k)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        per_item = np.where(pairs > 0, disagree / pairs, np.nan)
+    result = _single_rater_noise(rated, ratings, rating_map, n_boot, single_rng)
     n_raters = (~np.isnan(ratings)).sum(axis=1)
-    means = np.nanmean(ratings, axis=1)
-    recorded = np.array(
-        [rating_map.labels.index(e.label) if e.label in rating_map.labels else NO_LABEL for e in rated]
-    )
-    result = {
-        "rating_map": rating_map.name,
-        "n_items": len(rated),
-        "n_rater_pairs": int(pairs.sum()),
-        "raters_per_item": {
-            "min": int(n_raters.min()),
-            "median": float(np.median(n_raters)),
-            "max": int(n_raters.max()),
-        },
-        **_noise_block(per_item, k, n_boot, single_rng),
-        "label_reproduced_rate": float(np.mean(rating_map.classify(means) == recorded)),
-    }
     halves = split_half_disagreement(ratings, rating_map, n_repeats=n_repeats, rng=split_rng)
     result["aggregated"] = {
         "method": (
@@ -234,3 +211,41 @@ def rater_noise(
         **_noise_block(halves, k, n_boot, aggregated_rng),
     }
     return result
+
+
+def _rated_examples(examples: Sequence[Example]) -> list[Example]:
+    """The examples with at least two ratings; ValueError when there are none."""
+    rated = [e for e in examples if len(e.meta.get("ratings") or ()) >= 2]
+    if not rated:
+        raise ValueError(
+            "no example has 2 or more ratings in meta['ratings']: rater noise needs "
+            "every rater's score per item"
+        )
+    return rated
+
+
+def _single_rater_noise(rated: Sequence[Example], ratings: np.ndarray, rating_map: RatingMap, n_boot: int,
+                        rng: np.random.Generator) -> dict:
+    """Noise of one rater's label: disagreement between pairs of raters of an item, the raters per
+    item, and whether the mean of all ratings reproduces the recorded label."""
+    k = len(rating_map.labels)
+    pairs, disagree = item_disagreement(rating_map.classify(ratings), k)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        per_item = np.where(pairs > 0, disagree / pairs, np.nan)
+    n_raters = (~np.isnan(ratings)).sum(axis=1)
+    means = np.nanmean(ratings, axis=1)
+    recorded = np.array(
+        [rating_map.labels.index(e.label) if e.label in rating_map.labels else NO_LABEL for e in rated]
+    )
+    return {
+        "rating_map": rating_map.name,
+        "n_items": len(rated),
+        "n_rater_pairs": int(pairs.sum()),
+        "raters_per_item": {
+            "min": int(n_raters.min()),
+            "median": float(np.median(n_raters)),
+            "max": int(n_raters.max()),
+        },
+        **_noise_block(per_item, k, n_boot, rng),
+        "label_reproduced_rate": float(np.mean(rating_map.classify(means) == recorded)),
+    }

@@ -29,16 +29,21 @@ import contextlib
 import hashlib
 import io
 import json
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
 from labelrl.audit.judges import Judge, JudgeError, Verdict
-from labelrl.audit.relabel_summary import agreement_with, needs_adjudication, self_agreement, summarise
-from labelrl.fileio import append_jsonl, atomic_write_bytes, atomic_write_json, atomic_write_text, read_jsonl
-from labelrl.types import Example, LabelSpace
+from labelrl.audit.relabel_journal import Journal, RelabelItems, RelabelPaths
+from labelrl.audit.relabel_summary import (
+    agreement_with,
+    needs_adjudication,
+    self_agreement,
+    summarise,
+)
+from labelrl.fileio import atomic_write_bytes, atomic_write_json, atomic_write_text
+from labelrl.types import Example
 
 PROVENANCE_COLUMNS = (
     "label_original", "label_judge", "judge_confidence", "judge_status", "adjudicated",
@@ -68,25 +73,6 @@ __all__ = [
     "summarise",
     "write_rows",
 ]
-
-
-@dataclass(frozen=True)
-class RelabelItems:
-    """The rows to relabel: ``rows[i]`` (original columns, as read) is ``examples[i]``."""
-
-    name: str
-    path: Path | None  # None for a built-in dataset
-    rows: list[dict[str, Any]]
-    examples: tuple[Example, ...]
-    labels: LabelSpace
-    fingerprint: str  # sha256 of every (id, text, label), limit or not
-
-
-@dataclass(frozen=True)
-class RelabelPaths:
-    out: Path
-    journal: Path
-    summary: Path
 
 
 def read_rubric(path: str | Path) -> str:
@@ -152,48 +138,6 @@ def output_paths(items: RelabelItems, out: str | Path | None) -> RelabelPaths:
     if out.suffix.lower() not in OUTPUT_SUFFIXES:
         raise ValueError(f"--out {out}: relabel writes .jsonl or .parquet; give a path ending in one of them")
     return paths
-
-
-class Journal:
-    """The append-only record of every answer; a header line ties it to one input, rubric,
-    label set and judge, so a re-run never mixes answers from different setups."""
-
-    KINDS = ("judge", "adjudicate", "retest")
-
-    def __init__(self, path: Path, header: dict) -> None:
-        self.path = Path(path)
-        self.records: dict[str, dict[str, dict]] = {kind: {} for kind in self.KINDS}
-        _drop_torn_tail(self.path)
-        lines = read_jsonl(self.path)
-        if not lines:
-            append_jsonl(self.path, header)
-            return
-        if not isinstance(lines[0], dict) or lines[0].get("kind") != "header":
-            raise ValueError(f"{self.path} is not a relabel journal; move it away, or choose another --out")
-        differ = [k for k in header if lines[0].get(k) != header[k]]
-        if differ:
-            raise ValueError(
-                f"{self.path} was written for a different {', '.join(differ)}; delete it to start over, or "
-                "choose another --out"
-            )
-        for record in lines[1:]:
-            self.records[record["kind"]][record["id"]] = record
-
-    def add(self, kind: str, item_id: str, verdict: Verdict, by: str, **extra: Any) -> None:
-        record = {"kind": kind, "id": item_id, "label": verdict.label, "confidence": verdict.confidence,
-                  "status": verdict.status, "raw": verdict.raw, "by": by, **extra}
-        append_jsonl(self.path, record)
-        self.records[kind][item_id] = record
-
-
-def _drop_torn_tail(path: Path) -> None:
-    """Cut a last line left unfinished by a kill, so the next append starts on a fresh line."""
-    if not path.is_file():
-        return
-    data = path.read_bytes()
-    if data and not data.endswith(b"\n"):
-        with open(path, "r+b") as handle:
-            handle.truncate(data.rfind(b"\n") + 1)
 
 
 def self_agreement_ids(examples: Sequence[Example], n: int, seed: int) -> list[str]:
@@ -270,7 +214,13 @@ def _progress(console) -> Iterator[Any]:
     if console is None:
         yield None
         return
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeRemainingColumn,
+    )
 
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
     with Progress(*columns, console=console, transient=True, disable=not console.is_terminal) as bar:

@@ -13,7 +13,7 @@ from labelrl.types import LabelSpace
 
 if TYPE_CHECKING:
     from labelrl.audit.judge_types import Judge
-    from labelrl.audit.relabel import Journal, RelabelItems, RelabelPaths
+    from labelrl.audit.relabel_journal import Journal, RelabelItems, RelabelPaths
 
 
 def needs_adjudication(record: dict, min_confidence: float) -> bool:

@@ -4,104 +4,16 @@ matched-data decomposition of direct SFT vs CoT-SFT (filter effect, objective ef
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal, Optional
+from typing import Optional
 
 import typer
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import ValidationError
 from rich.console import Console
 from rich.table import Table
 
-from labelrl.audit.judges import DEFAULT_API_KEY_ENV, JudgeError, JudgeSpec
+from labelrl.audit.judges import JudgeError
 from labelrl.cli.options import err_console, fail, format_validation_error
-
-SPEC_HELP = "a local model (anything load_model takes, e.g. tiny-random or a model directory) or an OpenAI-compatible endpoint URL http://HOST:PORT/v1"
-
-
-class DistillConfig(BaseModel):
-    """Options of ``labelrl distill``; each description is the option's --help text."""
-
-    data: str = Field(description="A built-in dataset or a .jsonl, .csv or .parquet file.")
-    teacher: str = Field(description=f"The teacher: {SPEC_HELP}. It sees the item and rubric, never the label.")
-    teacher_model: Optional[str] = Field(None, description="Model name to request from an endpoint --teacher.")
-    out: Path = Field(description="Traces file (.jsonl); its attempts journal and summary are written beside it.")
-    attempts: int = Field(4, ge=1, description="At most this many teacher attempts per item (attempt a uses seed SEED+a).")
-    keep: Literal["first", "all"] = Field("first", description="Keep the first matching trace of an item, or every matching one.")
-    rubric: Optional[Path] = Field(None, description="Text or Markdown file with the labelling rules, shown to the teacher.")
-    limit: Optional[int] = Field(None, ge=1, description="Distill only the first N items (a trial run).")
-    run_dir: Optional[Path] = Field(None, description="Run directory whose splits to use (made there if absent); without it every item of DATA is used.")
-    split: Literal["train", "val", "holdout"] = Field("train", description="With --run-dir: the split whose items get traces.")
-    split_seed: int = Field(0, description="With --run-dir: seed of the split (as --split-seed of sft).")
-    max_new_tokens: int = Field(512, ge=1, description="Token cap of each teacher reply.")
-    temperature: float = Field(0.7, ge=0, description="Teacher sampling temperature (0: greedy, so every attempt of a local teacher is the same).")
-    seed: int = Field(0, description="Seed of the first attempt.")
-    difficulty: Optional[Path] = Field(None, description="Predictions file (with scores) of the direct SFT model on these items: survival is also reported by its confidence band.")
-    concurrency: int = Field(4, ge=1, description="Endpoint requests in flight at once (a local teacher runs one at a time).")
-    timeout: float = Field(60.0, gt=0, description="Seconds an endpoint request may wait for the server.")
-    retries: int = Field(3, ge=0, description="Further attempts after a failed endpoint request (exponential backoff with jitter).")
-    backoff: float = Field(0.5, ge=0, description="Seconds before the first retry; doubled for each later one (capped at 8 s).")
-    api_key_env: str = Field(DEFAULT_API_KEY_ENV, description="Environment variable holding the endpoint API key (never logged or saved).")
-    text_col: list[str] = Field(default_factory=list, description="Text column (repeat for several); default: the built-in's, else 'text'.")
-    label_col: Optional[str] = Field(None, description="Label column; default: the built-in's, else 'label'.")
-    labels: Optional[str] = Field(None, description="The label set in order, comma-separated, e.g. ham,spam.")
-    json_path: Optional[Path] = Field(None, description="Also write the summary to this JSON file (it is always saved as OUT.summary.json).")
-
-    def teacher_spec(self) -> JudgeSpec:
-        return JudgeSpec(spec=self.teacher, model=self.teacher_model, api_key_env=self.api_key_env,
-                         timeout_s=self.timeout, retries=self.retries, concurrency=self.concurrency,
-                         backoff_s=self.backoff, temperature=self.temperature, flag="--teacher")
-
-
-def load_examples(cfg: DistillConfig):
-    """The items to distill (the run directory's split, or all of DATA) and their label space."""
-    from labelrl.data.load import load_dataset
-    from labelrl.data.split import load_or_make_splits, select
-
-    dataset = load_dataset(cfg.data, text_cols=cfg.text_col or None, label_col=cfg.label_col, labels=cfg.labels)
-    examples = list(dataset.examples)
-    if cfg.run_dir is not None:
-        examples = select(dataset, load_or_make_splits(dataset, cfg.run_dir, seed=cfg.split_seed), cfg.split)
-    if cfg.limit is not None:
-        examples = examples[: cfg.limit]
-    if not examples:
-        raise ValueError(f"--split {cfg.split}: no items to distill; use more data or another split")
-    return examples, dataset.labels
-
-
-def run_distill_command(cfg: DistillConfig, console: Console) -> dict:
-    """Validate the cheap things first (paths, rubric, data, teacher spec), then load the teacher,
-    run, and write and print the summary."""
-    from labelrl.audit.judges import load_judge
-    from labelrl.audit.relabel import read_rubric
-    from labelrl.distill.reject import item_confidence, survival_summary
-    from labelrl.distill.teacher import distill_paths, run_distill
-    from labelrl.evaluate.io import read_predictions
-    from labelrl.fileio import atomic_write_json, read_jsonl
-
-    paths = distill_paths(cfg.out)
-    rubric = read_rubric(cfg.rubric) if cfg.rubric is not None else None
-    examples, labels = load_examples(cfg)
-    confidence = None
-    if cfg.difficulty is not None:
-        pred = read_predictions(cfg.difficulty)
-        confidence = item_confidence(pred.ids, pred.scores())
-        if not confidence:
-            raise ValueError(f"--difficulty {cfg.difficulty}: has no score columns; give the predictions of a scored "
-                             "direct model (`labelrl eval` of a direct SFT run)")
-    spec = cfg.teacher_spec()
-    spec.check()
-    teacher = load_judge(spec, labels, rubric)
-    records = run_distill(examples, labels, rubric, teacher, paths, attempts=cfg.attempts, keep=cfg.keep,
-                          max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, seed=cfg.seed,
-                          concurrency=cfg.concurrency if spec.is_endpoint else 1)
-    attempts = [r for r in read_jsonl(paths.journal) if r.get("kind") == "attempt"]
-    summary = survival_summary(records, confidence=confidence, attempts=attempts)
-    summary.update(teacher=teacher.name, attempts=cfg.attempts, keep=cfg.keep, trace_length_unit="characters",
-                   files={"traces": str(paths.out), "attempts": str(paths.journal), "summary": str(paths.summary)})
-    atomic_write_json(paths.summary, summary)
-    render_survival(summary, console)
-    if cfg.json_path is not None:
-        atomic_write_json(cfg.json_path, summary)
-    return summary
+from labelrl.distill.run import DistillConfig, run_distill_config
 
 
 def _rate(value: float | None) -> str:
@@ -208,7 +120,7 @@ def register(app: typer.Typer) -> None:
         except ValidationError as exc:
             fail(format_validation_error(exc))
         try:
-            run_distill_command(cfg, Console())
+            render_survival(run_distill_config(cfg), Console())
         except (ValueError, JudgeError, OSError) as exc:
             fail(str(exc))
         except KeyboardInterrupt:

@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal, Optional
+from typing import Optional
 
 import typer
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import ValidationError
 from rich.console import Console
 from rich.table import Table
 
 from labelrl.cli.options import fail, format_validation_error
+from labelrl.evaluate.run import EvalConfig, beside, run_eval
 
 METRIC_ROWS = (
     ("accuracy", "accuracy"), ("balanced_accuracy", "balanced accuracy"), ("precision", "precision"),
@@ -19,48 +20,6 @@ METRIC_ROWS = (
     ("within_one_accuracy", "within-one accuracy"),
 )
 POINT_COLUMNS = ("accuracy", "balanced_accuracy", "precision", "recall", "f1")
-
-
-class EvalConfig(BaseModel):
-    """Options of ``labelrl eval``; each description is the option's --help text."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    run_or_model: str = Field(description="A run directory (its saved model, data config and splits) or a model: a built-in name or a model directory.")
-    split: Literal["val", "holdout"] = Field("val", description="Which split to evaluate on. Holdout evaluations are recorded in the ledger, once per model.")
-    data: Optional[str] = Field(None, description="Data to evaluate on (default: the run's data config). Built-in name or JSONL/CSV/Parquet file.")
-    text_col: list[str] = Field(default_factory=list, description="With --data: text column(s) of the prompt (repeatable).")
-    label_col: Optional[str] = Field(None, description="The answer key: any label column (e.g. relabelled vs original labels). With --data it is also the data's label column.")
-    labels: Optional[str] = Field(None, description="With --data: the label set, comma-separated, in grade order for ordinal labels.")
-    kind: Optional[Literal["binary", "categorical", "ordinal"]] = Field(None, description="With --data: the label kind (inferred when omitted).")
-    mode: Optional[Literal["direct", "reasoning"]] = Field(None, description="With --data: the answer mode the model was trained for (default: direct).")
-    rubric: Optional[Path] = Field(None, description="With --data: the rubric file the model was trained with.")
-    split_seed: int = Field(0, description="With --data and no splits.json yet: seed of the split made in --splits.")
-    splits: Optional[Path] = Field(None, description="Directory of splits.json and ledger.jsonl (default: the run directory); needed for a bare model.")
-    method: Optional[Literal["scores", "generate"]] = Field(None, description="scores: label-token probabilities (direct models); generate: greedy decoding parsed strictly (default: scores for direct mode, generate for reasoning).")
-    out: Optional[Path] = Field(None, description="Predictions file (.parquet or .csv) (default: SPLITS_DIR/eval/NAME-SPLIT.parquet).")
-    json_path: Optional[Path] = Field(None, description="Write the metrics, the ledger record and the file paths to this JSON file.")
-    allow_repeat_holdout: bool = Field(False, description="Evaluate a model on the holdout again; the result is recorded and marked as a repeat.")
-    limit: Optional[int] = Field(None, ge=1, description="Evaluate only the first N examples of the split.")
-    n_boot: int = Field(1000, ge=0, description="Bootstrap resamples for the 95% intervals (0: none).")
-    seed: int = Field(0, description="Seed of the bootstrap.")
-    batch_size: int = Field(16, ge=1, description="Prompts per forward pass.")
-    max_new_tokens: Optional[int] = Field(None, ge=1, description="generate: token cap per answer (default: direct 8 past the longest answer tag, reasoning 256).")
-
-    @model_validator(mode="after")
-    def _data_flags_need_data(self) -> "EvalConfig":
-        given = [f"--{n.replace('_', '-')}" for n in ("text_col", "labels", "kind", "mode", "rubric") if getattr(self, n)]
-        if self.data is None and given:
-            raise ValueError(f"{', '.join(given)} describe the data and only apply with --data; drop them or add --data")
-        return self
-
-    def data_options(self):
-        from labelrl.train.config import DataOptions
-
-        if self.data is None:
-            return None
-        return DataOptions(data=self.data, text_col=self.text_col or None, label_col=self.label_col, labels=self.labels,
-                           kind=self.kind, mode=self.mode or "direct", rubric=self.rubric, split_seed=self.split_seed)
 
 
 def _help(name: str) -> str:
@@ -94,55 +53,25 @@ def confusion_table(matrix: dict) -> Table:
     return table
 
 
-def _default_out(setup, split: str) -> Path:
-    spec = Path(setup.model_spec)
-    name = spec.parent.name if spec.name == "model" else spec.name
-    return Path(setup.data.splits_dir) / "eval" / f"{name}-{split}.parquet"
-
-
-def _beside(path: Path, suffix: str) -> Path:
-    return path.with_name(path.name.removesuffix(path.suffix) + suffix)
-
-
-def run_eval(cfg: EvalConfig, console: Console) -> dict:
-    """Evaluate, print, write predictions (+ reliability PNG, + --json); ValueError for bad input."""
-    from labelrl.evaluate.predict import prepare
-
-    setup = prepare(cfg.run_or_model, cfg.data_options(), cfg.split, splits_dir=cfg.splits,
-                    label_col=cfg.label_col, limit=cfg.limit)
-    return evaluate_and_write(setup, cfg, console)
-
-
-def evaluate_and_write(setup, cfg: EvalConfig, console: Console) -> dict:
-    """Evaluate a prepared setup (``labelrl.evaluate.predict.prepare``), print, write the files."""
-    from labelrl.evaluate.io import write_predictions
-    from labelrl.evaluate.plots import plot_reliability
-    from labelrl.evaluate.predict import evaluate_split
-    from labelrl.fileio import atomic_write_json
-
-    result = evaluate_split(setup, method=cfg.method, allow_repeat_holdout=cfg.allow_repeat_holdout, n_boot=cfg.n_boot,
-                            seed=cfg.seed, batch_size=cfg.batch_size, max_new_tokens=cfg.max_new_tokens)
-    pred, metrics = result.predictions, result.metrics
-    out = cfg.out or _default_out(setup, cfg.split)
-    write_predictions(pred, out)
-    files = {"predictions": str(out), "reliability_png": None}
-    if "reliability" in metrics:
-        files["reliability_png"] = str(plot_reliability(metrics, _beside(cfg.json_path or out, ".reliability.png")))
-    title = (f"{cfg.split}: {metrics['n']} examples, model {setup.model_spec} ({setup.model_fingerprint[:12]}), "
-             f"{pred.info['method']}; precision/recall/F1: {metrics['averaging']}")
+def print_evaluation(report: dict, split: str, console: Console) -> None:
+    """The metrics and confusion tables of one evaluation, its repeat mark and the files written."""
+    metrics, info, files = report["metrics"], report["info"], report["files"]
+    title = (f"{split}: {metrics['n']} examples, model {info['model_spec']} ({info['model_fingerprint'][:12]}), "
+             f"{info['method']}; precision/recall/F1: {metrics['averaging']}")
     console.print(metrics_table(metrics, title))
     console.print(confusion_table(metrics["confusion_matrix"]))
     if metrics["n_unparsed"]:
         console.print(f"{metrics['n_unparsed']} of {metrics['n']} answers did not parse; they count as wrong.")
-    if result.repeat:
+    if info.get("repeat"):
         console.print("[bold yellow]REPEAT holdout evaluation[/]: this model was evaluated on this holdout before; "
                       "this number is not an unbiased estimate and is marked as a repeat in the ledger.")
-    console.print(f"wrote {out}" + (f", {files['reliability_png']}" if files["reliability_png"] else "")
-                  + f"; recorded in {Path(setup.data.splits_dir) / 'ledger.jsonl'}")
-    report = {"metrics": metrics, "info": pred.info, "ledger": result.record, "files": files}
-    if cfg.json_path is not None:
-        atomic_write_json(cfg.json_path, report)
-        console.print(f"wrote {cfg.json_path}")
+    written = [files["predictions"]] + [files[k] for k in ("reliability_png", "json") if files.get(k)]
+    console.print(f"wrote {', '.join(written)}; recorded in {files['ledger']}")
+
+
+def run_eval_command(cfg: EvalConfig, console: Console) -> dict:
+    report = run_eval(cfg)
+    print_evaluation(report, cfg.split, console)
     return report
 
 
@@ -178,7 +107,7 @@ def run_sweep(predictions: Path, compare: list[Path], positive_label: str | None
     for other in result["compared"]:
         console.print(f"{other['source']}: {other['verdict']} (largest difference {other['max_metric_difference']:.3f} "
                       f"at threshold {other['threshold']:.4f}; {other['n_joined']} shared ids)")
-    plot = plot or (_beside(json_path, ".roc.png") if json_path else None)
+    plot = plot or (beside(json_path, ".roc.png") if json_path else None)
     if plot is not None:
         result["plot"] = str(plot_roc(result, plot))
         console.print(f"wrote {plot}")
@@ -237,7 +166,7 @@ def run_route(a_path: Path, b_path: Path, audit: Path | None, steps: int, json_p
         console.print(f"{share:.0%} of the examples B gets right and A wrong are ambiguous (conflicting duplicates).")
     for note in result["notes"]:
         console.print(f"note: {note}")
-    plot = plot or (_beside(json_path, ".cascade.png") if json_path else None)
+    plot = plot or (beside(json_path, ".cascade.png") if json_path else None)
     if plot is not None:
         result["plot"] = str(plot_cascade(result, plot))
         console.print(f"wrote {plot}")
@@ -317,7 +246,7 @@ def register(app: typer.Typer) -> None:
             cfg = EvalConfig(**values)
         except ValidationError as exc:
             fail(format_validation_error(exc))
-        _guard(run_eval, cfg)
+        _guard(run_eval_command, cfg)
 
     @app.command("sweep", help="Sweep a scored model's threshold: ROC, threshold for a target recall, best balanced accuracy, and whether other models' operating points are just thresholds on it.")
     def sweep_command(

@@ -33,7 +33,7 @@ from typing import Callable, Literal, Sequence
 
 from labelrl.audit.judges import Judge, JudgeError
 from labelrl.data.prompts import answer_target, render_messages
-from labelrl.fileio import append_jsonl, atomic_write_text, read_jsonl
+from labelrl.fileio import append_jsonl, atomic_write_text, drop_torn_tail, read_jsonl
 from labelrl.rewards import parse_answer
 from labelrl.types import Example, LabelSpace
 
@@ -88,7 +88,7 @@ class AttemptJournal:
         self.path = Path(path)
         self.records: dict[tuple[str, int], dict] = {}
         self._lock = threading.Lock()
-        _drop_torn_tail(self.path)
+        drop_torn_tail(self.path)
         lines = read_jsonl(self.path) if self.path.is_file() else []
         if not lines:
             append_jsonl(self.path, header)
@@ -106,15 +106,6 @@ class AttemptJournal:
         with self._lock:
             append_jsonl(self.path, {"kind": "attempt", **record})
             self.records[(record["id"], record["attempt"])] = record
-
-
-def _drop_torn_tail(path: Path) -> None:
-    """Cut a last line left unfinished by a kill, so the next append starts on a fresh line."""
-    if path.is_file():
-        data = path.read_bytes()
-        if data and not data.endswith(b"\n"):
-            with open(path, "r+b") as handle:
-                handle.truncate(data.rfind(b"\n") + 1)
 
 
 def journal_header(examples: Sequence[Example], labels: LabelSpace, rubric: str | None, teacher: Judge,

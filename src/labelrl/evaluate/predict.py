@@ -26,12 +26,24 @@ from pathlib import Path
 import yaml
 
 from labelrl.data import load_dataset
-from labelrl.data.prompts import ANSWER_PREFIX, ANSWER_SUFFIX, render_messages, render_prompt
-from labelrl.data.split import SPLIT_NAMES, SPLITS_FILE, load_or_make_splits, load_splits, select, splits_fingerprint
+from labelrl.data.options import DataOptions
+from labelrl.data.prompts import (
+    ANSWER_PREFIX,
+    ANSWER_SUFFIX,
+    render_messages,
+    render_prompt,
+)
+from labelrl.data.split import (
+    SPLIT_NAMES,
+    SPLITS_FILE,
+    load_or_make_splits,
+    load_splits,
+    select,
+    splits_fingerprint,
+)
 from labelrl.evaluate.io import Predictions, predictions_table
+from labelrl.models.prepare import resolve_model_spec
 from labelrl.rollout.sampler import pad_id
-from labelrl.train.config import DataOptions
-from labelrl.train.setup import resolve_model_spec
 from labelrl.types import Dataset, Example, LabelSpace
 
 METHODS = ("scores", "generate")

@@ -33,7 +33,7 @@ class LadderStopped(Exception):
 
 
 def _config_class(family: str) -> type[BaseModel]:
-    from labelrl.cli.distill import DistillConfig
+    from labelrl.distill.run import DistillConfig
     from labelrl.train.config import RLConfig, SFTConfig
 
     return {"sft": SFTConfig, "rl": RLConfig, "distill": DistillConfig}[family]
@@ -133,9 +133,9 @@ def train_arm(arm_type: str, cfg: BaseModel, task_dir: Path, console: Console) -
             raise LadderStopped(f"{out}: stopped after {summary['steps_done']} of {summary['steps']} steps; "
                                 "re-run the ladder to resume it")
     else:
-        from labelrl.cli.distill import run_distill_command
+        from labelrl.distill.run import run_distill_config
 
-        run_distill_command(cfg, console)
+        run_distill_config(cfg)
 
 
 # ---------------------------------------------------------------- evaluation
@@ -157,9 +157,9 @@ def evaluate_arm(task: TaskSpec, task_dir: Path, arm_name: str, mode: str, split
     scored there (e.g. an RL arm whose every group was uniform, so it never updated) shares that
     arm's result, marked ``same_model_as``, instead of looking again; a look of this very arm
     whose report was never written (killed in between) is taken again and marked a repeat."""
-    from labelrl.cli.evaluate import EvalConfig, evaluate_and_write
     from labelrl.evaluate.ledger import holdout_records, read_ledger
     from labelrl.evaluate.predict import prepare
+    from labelrl.evaluate.run import EvalConfig, evaluate_and_write
 
     tag = f"ood-{ood}" if ood else split
     predictions, report = eval_paths(task_dir, arm_name, tag)
@@ -179,7 +179,7 @@ def evaluate_arm(task: TaskSpec, task_dir: Path, arm_name: str, mode: str, split
         if other is not None and not mine:
             return _share_evaluation(task_dir, other, arm_name, tag)
         cfg = cfg.model_copy(update={"allow_repeat_holdout": bool(mine)})
-    return evaluate_and_write(setup, cfg, Console(quiet=True))
+    return evaluate_and_write(setup, cfg)
 
 
 def _share_evaluation(task_dir: Path, model_dir: Path, arm_name: str, tag: str) -> dict:

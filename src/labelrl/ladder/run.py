@@ -21,7 +21,13 @@ import yaml
 from rich.console import Console
 
 from labelrl.fileio import RunLock, atomic_write_json, atomic_write_text
-from labelrl.ladder.arms import LadderStopped, arm_config, eval_paths, evaluate_arm, train_arm
+from labelrl.ladder.arms import (
+    LadderStopped,
+    arm_config,
+    eval_paths,
+    evaluate_arm,
+    train_arm,
+)
 from labelrl.ladder.recipe import FAMILY, Recipe, TaskSpec, dependencies, run_order
 
 STATE_FILE = "ladder.json"
@@ -155,9 +161,9 @@ def rl_training_summary(arm_dir: Path) -> dict[str, Any]:
 def prepare_task(task: TaskSpec, task_dir: Path, seed: int) -> dict[str, Any]:
     """Load the data, make or reuse the shared splits, audit once; the task's state fields."""
     from labelrl.audit import audit_dataset
+    from labelrl.data.options import DataOptions
+    from labelrl.data.prepare import load_checked_dataset
     from labelrl.data.split import load_or_make_splits
-    from labelrl.train.config import DataOptions
-    from labelrl.train.setup import load_checked_dataset
 
     dataset = load_checked_dataset(DataOptions(**task.data_options()))
     splits = load_or_make_splits(dataset, task_dir, seed=task.split_seed)

@@ -257,13 +257,7 @@ def sample_groups(
     """
     check_sampling_args(prompt_ids, group_size=group_size, max_new_tokens=max_new_tokens,
                         pad_token_id=pad_token_id, temperature=temperature, top_p=top_p, top_k=top_k)
-    options = dict(temperature=temperature, top_k=top_k, top_p=top_p)
-    if prompt_seeds is None:
-        options["generator"] = make_generator(seed, generator)
-    else:
-        check_prompt_seeds(prompt_seeds, len(prompt_ids), seed, generator)
-        options["generators"] = [torch.Generator(device="cpu").manual_seed(int(s)) for s in prompt_seeds]
-        options["group_size"] = group_size
+    options = _draw_options(len(prompt_ids), group_size, temperature, top_p, top_k, seed, generator, prompt_seeds)
     with torch.inference_mode(), eval_mode(model):
         started = time.perf_counter()
         weights = fuse_llama(model, len(prompt_ids) * group_size) if fast and unsupported_reason(model) is None else None
@@ -276,6 +270,20 @@ def sample_groups(
     batch.timings = {"fuse_s": fused - started, "prefill_s": prefilled - fused, "decode_s": finished - prefilled,
                      "new_tokens": float(sum(batch.lengths)), "fast_decode": float(weights is not None)}
     return batch
+
+
+def _draw_options(n_prompts: int, group_size: int, temperature: float, top_p: float, top_k: int, seed: int | None,
+                  generator: torch.Generator | None, prompt_seeds: Sequence[int] | None) -> dict:
+    """How ``_decode`` draws tokens: the sampling knobs and one generator for the call, or one
+    per prompt (``prompt_seeds``)."""
+    options: dict = dict(temperature=temperature, top_k=top_k, top_p=top_p)
+    if prompt_seeds is None:
+        options["generator"] = make_generator(seed, generator)
+    else:
+        check_prompt_seeds(prompt_seeds, n_prompts, seed, generator)
+        options["generators"] = [torch.Generator(device="cpu").manual_seed(int(s)) for s in prompt_seeds]
+        options["group_size"] = group_size
+    return options
 
 
 class HFStepper:

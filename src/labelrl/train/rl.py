@@ -29,14 +29,38 @@ import torch
 
 from labelrl import metrics_keys as K
 from labelrl.advantages.diagnostics import advantage_diagnostics
-from labelrl.fileio import RunLock, append_jsonl, atomic_write_json, atomic_write_jsonl, read_jsonl
+from labelrl.data.prepare import prepare_data, prompt_ids
+from labelrl.fileio import (
+    RunLock,
+    append_jsonl,
+    atomic_write_json,
+    atomic_write_jsonl,
+    read_jsonl,
+)
+from labelrl.models.prepare import prepare_model
 from labelrl.rollout.log import drop_steps_from, write_step
 from labelrl.train import rl_parts as parts
-from labelrl.train.checkpoint import KEEP_LAST, latest_checkpoint, load_checkpoint, save_checkpoint, save_model
+from labelrl.train.checkpoint import (
+    KEEP_LAST,
+    latest_checkpoint,
+    load_checkpoint,
+    save_checkpoint,
+    save_model,
+)
 from labelrl.train.config import RLConfig
+from labelrl.train.distributed import (
+    any_process,
+    make_accelerator,
+    process_share,
+    reduce_value,
+    start_trackers,
+)
 from labelrl.train.setup import (
-    any_process, init_run_dir, make_accelerator, make_optimizer, ordered_indices, preflight, prepare_data, prepare_model,
-    process_share, progress_bar, prompt_ids, reduce_value, start_trackers,
+    init_run_dir,
+    make_optimizer,
+    ordered_indices,
+    preflight,
+    progress_bar,
 )
 
 METRICS_FILE = "metrics.jsonl"

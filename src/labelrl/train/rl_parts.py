@@ -13,13 +13,13 @@ from labelrl import metrics_keys as K
 from labelrl.advantages import compute_advantages
 from labelrl.advantages.diagnostics import uniform_groups
 from labelrl.losses import policy_loss
-from labelrl.rewards.grade import RewardScale, success_threshold
+from labelrl.rewards.grade import success_threshold
 from labelrl.rewards.reward_fn import RewardConfig, score_completions
 from labelrl.rollout import BACKENDS
 from labelrl.rollout.logprobs import completion_logprobs_shared
 from labelrl.rollout.sampler import pad_id
+from labelrl.train.distributed import gather_objects
 from labelrl.train.presets import resolve_preset
-from labelrl.train.setup import gather_objects
 from labelrl.train.setup import peak_memory_mb  # noqa: F401  (re-exported for the loop)
 from labelrl.types import LabelSpace
 

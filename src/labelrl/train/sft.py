@@ -17,16 +17,29 @@ from pathlib import Path
 import torch
 
 from labelrl import metrics_keys as K
+from labelrl.data.prepare import RunData, prepare_data, prompt_ids
 from labelrl.data.prompts import answer_target
 from labelrl.evaluate.metrics import basic_metrics
 from labelrl.evaluate.score import score_labels
 from labelrl.fileio import RunLock, append_jsonl, atomic_write_json
-from labelrl.rollout.sampler import pad_id
+from labelrl.models.prepare import prepare_model
+from labelrl.rollout.sampler import model_device, pad_id
 from labelrl.train.checkpoint import save_merged, save_model
 from labelrl.train.config import SFTConfig
+from labelrl.train.distributed import (
+    broadcast_from_main,
+    make_accelerator,
+    process_share,
+    reduce_value,
+    start_trackers,
+)
 from labelrl.train.setup import (
-    RunData, broadcast_from_main, init_run_dir, make_accelerator, make_optimizer, model_device, ordered_indices, peak_memory_mb,
-    preflight, prepare_data, prepare_model, process_share, progress_bar, prompt_ids, reduce_value, start_trackers,
+    init_run_dir,
+    make_optimizer,
+    ordered_indices,
+    peak_memory_mb,
+    preflight,
+    progress_bar,
 )
 
 
