@@ -18,17 +18,30 @@ from __future__ import annotations
 import json
 import os
 import random
+import tempfile
 from pathlib import Path
 
 import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+# The shared holdout ledgers (labelrl.evaluate.ledger) live outside run directories; tests must
+# neither read nor write the user's. A suite-wide folder here, and a fresh one per test below.
+os.environ["LABELRL_LEDGER_DIR"] = tempfile.mkdtemp(prefix="labelrl-test-ledgers-")
 
 if os.environ.get("PYTEST_XDIST_WORKER"):
     import torch
 
     torch.set_num_threads(1)
+
+
+
+@pytest.fixture(autouse=True)
+def _own_shared_ledger(tmp_path_factory, monkeypatch):
+    """Each test sees an empty shared holdout ledger, so a model evaluated in one test is never
+    refused as a repeat in another."""
+    monkeypatch.setenv("LABELRL_LEDGER_DIR", str(tmp_path_factory.mktemp("ledgers")))
+
 
 SFT_FRUIT, SFT_THINGS = ["apple", "pear", "plum"], ["stone", "brick", "steel"]
 RL_FRUIT, RL_THINGS = ["grape", "mango"], ["chair", "table"]

@@ -110,7 +110,8 @@ def test_sweep_command_writes_json_and_roc_plot(app, tmp_path):
     out = tmp_path / "sweep.json"
     result = runner.invoke(app, ["sweep", str(a), "--target-recall", "0.8", "--compare", str(b), "--json", str(out)])
     assert result.exit_code == 0, result.output
-    assert "reproduced within 0.01" in result.stdout
+    assert "rl.csv: reproduced: the same operating point within one item" in result.stdout
+    assert "tolerance one item of each class" in result.stdout
     report = json.loads(out.read_text())
     for key in ("roc_auc", "threshold_at_target_recall", "metrics_at_target_recall",
                 "best_balanced_accuracy_threshold", "best_balanced_accuracy"):

@@ -88,16 +88,18 @@ def test_roc_and_best_balanced_accuracy_agree_with_sklearn():
     assert m["recall"] >= 0.9 and m["threshold"] == out["threshold_at_target_recall"]
 
 
-def test_hard_model_from_a_threshold_is_reproduced():
+def test_hard_model_from_a_threshold_is_reproduced_with_every_item_agreeing():
     y, score = synthetic()
     t = np.quantile(score, 0.6)
     other = hard(y, score >= t, "rl")
     out = sweep(scored(y, score), compare=[other])
     result = out["compared"][0]
-    assert result["reproduced"] is True
+    assert result["reproduced"] is True and result["verdict"].startswith("reproduced")
+    assert result["verdict_rests_on"] == "items"
+    assert result["item_agreement"] == 1.0 and result["n_disagree"] == 0
     assert result["max_metric_difference"] == pytest.approx(0.0, abs=1e-12)
     assert result["threshold"] == pytest.approx(score[score >= t].min())
-    assert result["verdict"] == "reproduced within 0.01"
+    assert result["recall_matched_threshold"] == pytest.approx(score[score >= t].min())
 
 
 def test_a_model_answering_nothing_positive_is_a_threshold_above_every_score():
@@ -107,6 +109,7 @@ def test_a_model_answering_nothing_positive_is_a_threshold_above_every_score():
     out = sweep(scored(y, score), compare=[hard(y, score >= 0.5, "same model")])
     result = out["compared"][0]
     assert result["reproduced"] is True and result["max_metric_difference"] == 0.0
+    assert result["item_agreement"] == 1.0
     assert result["threshold"] > score.max() and result["scored_metrics"]["predicted_positive_share"] == 0.0
 
 
@@ -121,8 +124,56 @@ def test_hard_model_with_information_beyond_the_scores_is_not_reproduced():
     out = sweep(scored(y, score), compare=[hard(y, fixed, "oracle-ish"), hard(y, flipped, "noisy")])
     for result in out["compared"]:
         assert result["reproduced"] is False, result["source"]
-        assert result["max_metric_difference"] > 0.01
-        assert result["verdict"].startswith("not reproduced within 0.01")
+        assert result["verdict"].startswith("not reproduced"), result["verdict"]
+
+
+def test_within_class_shuffle_with_equal_metrics_is_not_reproduced_on_items():
+    # A thresholded SFT model's answers shuffled among the items of each true class: every
+    # metric is exactly the thresholded model's, but the answers no longer follow the scores.
+    y, score = synthetic(n=400)
+    thresholded = score >= np.quantile(score, 0.6)
+    rng = np.random.default_rng(2)
+    shuffled = thresholded.copy()
+    for cls in (True, False):
+        idx = np.flatnonzero(y == cls)
+        shuffled[idx] = thresholded[rng.permutation(idx)]
+    out = sweep(scored(y, score), compare=[hard(y, shuffled, "shuffled")])
+    result = out["compared"][0]
+    assert result["recall_matched_max_difference"] == pytest.approx(0.0, abs=1e-12)  # the metrics match exactly
+    assert result["reproduced"] is False
+    assert result["verdict"].startswith("not reproduced on items"), result["verdict"]
+    assert result["verdict_rests_on"] == "items"
+    assert result["item_agreement"] < 0.95
+    assert result["item_agreement_ci"][1] < 0.95
+    # a chance level near what independence within each class gives
+    assert result["chance_agreement"] == pytest.approx(result["item_agreement"], abs=0.1)
+
+
+def test_the_printed_point_tolerance_is_never_tighter_than_one_item():
+    y, score = synthetic(n=64)
+    out = sweep(scored(y, score), compare=[hard(y, score >= 0.5, "rl")], tolerance=0.001)
+    result = out["compared"][0]
+    n_pos, n_neg = int(y.sum()), int((~y).sum())
+    assert result["point_tolerance"]["recall"] == pytest.approx(1 / n_pos)
+    assert result["point_tolerance"]["fpr"] == pytest.approx(1 / n_neg)
+    assert min(result["point_tolerance"].values()) >= 1 / len(y)
+    assert f"(1/{n_pos})" in result["tolerance_text"] and f"(1/{n_neg})" in result["tolerance_text"]
+
+
+def test_one_item_off_still_matches_the_point_but_two_items_do_not():
+    # 10 positives, 10 negatives, scores 0.05 … 1.0; the arm answers positive for the top 10
+    # scores except that it swaps one negative in: recall 9/10 at FPR 1/10 vs the threshold
+    # with recall ≥ 0.9 (top 9 scores... all positive here) → FPR 0: off by one item (0.1).
+    y = np.r_[np.zeros(10, bool), np.ones(10, bool)]
+    score = np.linspace(0.05, 1.0, 20)
+    arm = score >= score[10]
+    arm[10], arm[9] = False, True  # one positive missed, one negative taken
+    result = sweep(scored(y, score), compare=[hard(y, arm, "one-off")])["compared"][0]
+    assert abs(result["recall_matched_differences"]["fpr"]) == pytest.approx(0.1)
+    assert not result["verdict"].startswith("not reproduced:")  # within one item of negatives
+    arm[8] = True  # a second negative taken
+    result = sweep(scored(y, score), compare=[hard(y, arm, "two-off")])["compared"][0]
+    assert result["verdict"].startswith("not reproduced:") and result["verdict_rests_on"] == "metrics"
 
 
 def test_hard_metrics_count_unparsed_as_wrong_on_both_classes():

@@ -62,8 +62,9 @@ def advantage_diagnostics(
     - with ``corpo_threshold`` τ: ``adv/corpo_correctness_regime_frac`` (share of groups with
       mean < τ, baseline τ) and ``adv/corpo_preference_regime_frac`` (mean ≥ τ, baseline mean).
     - with ``labels`` (one reference label per group): for each label,
-      ``groups/label_share_informative/<label>`` (its share among non-uniform groups; 0 when
-      every group is uniform) and, for labels in ``data_label_share``,
+      ``groups/label_share_informative/<label>`` (its share among the groups that carry a
+      gradient, i.e. have a non-zero advantage: what the skip rule keeps, so under CoRPO the
+      uniformly failing groups count too; 0 when no group does) and, for labels in ``data_label_share``,
       ``groups/label_share_data/<label>`` (its share in the training data, passed through).
       ``label_names`` fixes which labels are reported (default: the labels seen).
     """
@@ -83,7 +84,8 @@ def advantage_diagnostics(
     if corpo_threshold is not None:
         out.update(_corpo_regimes(flat_rewards, group_size, corpo_threshold))
     if labels is not None:
-        out.update(_label_shares(labels, ~uniform, label_names, data_label_share))
+        informative = (_grouped(flat_adv, group_size) != 0).any(dim=1)
+        out.update(_label_shares(labels, informative, label_names, data_label_share))
     return out
 
 

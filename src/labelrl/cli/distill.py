@@ -103,6 +103,7 @@ def register(app: typer.Typer) -> None:
         keep: str = _opt("keep", "--keep", d["keep"]), rubric: Optional[Path] = _opt("rubric", "--rubric"),
         limit: Optional[int] = _opt("limit", "--limit"), run_dir: Optional[Path] = _opt("run_dir", "--run-dir"),
         split: str = _opt("split", "--split", d["split"]), split_seed: int = _opt("split_seed", "--split-seed", d["split_seed"]),
+        split_ratios: str = _opt("split_ratios", "--split-ratios", d["split_ratios"]),
         max_new_tokens: int = _opt("max_new_tokens", "--max-new-tokens", d["max_new_tokens"]),
         temperature: float = _opt("temperature", "--temperature", d["temperature"]), seed: int = _opt("seed", "--seed", d["seed"]),
         difficulty: Optional[Path] = _opt("difficulty", "--difficulty"),

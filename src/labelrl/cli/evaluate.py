@@ -88,12 +88,13 @@ def _points_table(result: dict) -> Table:
         row(f"recall ≥ {result['target_recall']:g}", result["metrics_at_target_recall"], result["threshold_at_target_recall"])
     for other in result["compared"]:
         row(f"{other['source']}", other["compared_metrics"], None)
+        row("  SFT at the same recall", other["recall_matched_metrics"], other["recall_matched_threshold"])
         row("  closest threshold", other["scored_metrics"], other["threshold"])
     return table
 
 
 def run_sweep(predictions: Path, compare: list[Path], positive_label: str | None, target_recall: float | None,
-              tolerance: float, json_path: Path | None, plot: Path | None, console: Console) -> dict:
+              tolerance: float, agreement_min: float, json_path: Path | None, plot: Path | None, console: Console) -> dict:
     from labelrl.evaluate.io import read_predictions
     from labelrl.evaluate.plots import plot_roc
     from labelrl.evaluate.sweep import sweep
@@ -101,12 +102,14 @@ def run_sweep(predictions: Path, compare: list[Path], positive_label: str | None
 
     scored = read_predictions(predictions, positive_label=positive_label)
     others = [read_predictions(p, positive_label=positive_label) for p in compare]
-    result = sweep(scored, positive_label=positive_label, target_recall=target_recall, compare=others, tolerance=tolerance)
+    result = sweep(scored, positive_label=positive_label, target_recall=target_recall, compare=others, tolerance=tolerance,
+                   agreement_min=agreement_min)
     console.print(f"{predictions}: {result['n']} examples ({result['n_positive']} positive), ROC-AUC {result['roc_auc']:.3f}")
     console.print(_points_table(result))
     for other in result["compared"]:
-        console.print(f"{other['source']}: {other['verdict']} (largest difference {other['max_metric_difference']:.3f} "
-                      f"at threshold {other['threshold']:.4f}; {other['n_joined']} shared ids)")
+        console.print(f"{other['source']}: {other['verdict']} (recall-matched threshold "
+                      f"{other['recall_matched_threshold']:.4f}; {other['tolerance_text']}; {other['n_joined']} shared ids)",
+                      highlight=False)
     plot = plot or (beside(json_path, ".roc.png") if json_path else None)
     if plot is not None:
         result["plot"] = str(plot_roc(result, plot))
@@ -233,6 +236,7 @@ def register(app: typer.Typer) -> None:
         label_col: Optional[str] = _opt("label_col", "--label-col"), labels: Optional[str] = _opt("labels", "--labels"),
         kind: Optional[str] = _opt("kind", "--kind"), mode: Optional[str] = _opt("mode", "--mode"),
         rubric: Optional[Path] = _opt("rubric", "--rubric"), split_seed: int = _opt("split_seed", "--split-seed"),
+        split_ratios: str = _opt("split_ratios", "--split-ratios"),
         splits: Optional[Path] = _opt("splits", "--splits"), method: Optional[str] = _opt("method", "--method"),
         out: Optional[Path] = _opt("out", "--out"), json_path: Optional[Path] = _opt("json_path", "--json"),
         allow_repeat_holdout: bool = _opt("allow_repeat_holdout", "--allow-repeat-holdout"),
@@ -254,11 +258,12 @@ def register(app: typer.Typer) -> None:
         positive_label: Optional[str] = typer.Option(None, "--positive-label", help="The positive label (default: the predictions' positive label).", show_default=False),
         target_recall: float = typer.Option(0.9, "--target-recall", help="Report the largest threshold whose recall is at least this."),
         compare: Optional[list[Path]] = typer.Option(None, "--compare", help="Predictions of another model on the same ids (repeatable).", show_default=False),
-        tolerance: float = typer.Option(0.01, "--tolerance", help="Largest metric difference that still counts as reproduced."),
+        tolerance: float = typer.Option(0.01, "--tolerance", help="Smallest tolerance for the operating point (recall, false-positive rate); the tolerance used is never tighter than one item of each class."),
+        agreement_min: float = typer.Option(0.95, "--agreement-min", help="Share of items that must get the same answer for a matched operating point to count as reproduced."),
         json_path: Optional[Path] = typer.Option(None, "--json", help="Write the sweep to this JSON file (and the ROC plot beside it).", show_default=False),
         plot: Optional[Path] = typer.Option(None, "--plot", help="ROC plot PNG (default: beside --json).", show_default=False),
     ) -> None:
-        _guard(run_sweep, predictions, compare or [], positive_label, target_recall, tolerance, json_path, plot)
+        _guard(run_sweep, predictions, compare or [], positive_label, target_recall, tolerance, agreement_min, json_path, plot)
 
     @app.command("route", help="Route between two models: oracle upper bound, confidence cascade over bands of A's confidence, and where they disagree.")
     def route_command(

@@ -7,9 +7,9 @@ field's description is the single source for ``--help`` and docs/config.md.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal, Optional
+from typing import Any, Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 
 class DataOptions(BaseModel):
@@ -23,10 +23,39 @@ class DataOptions(BaseModel):
     labels: Optional[str] = Field(None, description="Declared label set, comma-separated, in grade order for ordinal labels (e.g. 'ham,spam'). Inferred when omitted.")
     kind: Optional[Literal["binary", "categorical", "ordinal"]] = Field(None, description="Label kind; inferred when omitted.")
     on_bad_row: Literal["error", "skip"] = Field("error", description="What to do with a malformed row: stop with an error naming it, or skip it and save the list of skipped rows.")
-    limit: Optional[int] = Field(None, ge=1, description="Use only the first N training items (after splitting).")
-    split_seed: int = Field(0, description="Seed of the group-aware train/val/holdout split (shared by every run in a run directory).")
+    limit: Optional[int] = Field(None, ge=1, description="Train on a random sample of N training items, stratified by label (seeded by --split-seed, so every run of the splits gets the same items); the ids are saved in RUN_DIR/samples/train.json.")
+    split_seed: int = Field(0, description="Seed of the group-aware train/val/holdout split (shared by every run in a run directory) and of the samples drawn from it.")
+    split_ratios: str = Field("0.8,0.1,0.1", description="Shares of train, val and holdout, comma-separated, summing to 1 (e.g. 0.7,0.1,0.2 for a larger holdout); part of the splits' fingerprint.")
+    label_noise: float = Field(0.0, ge=0, lt=1, description="Control: flip this share of the training labels (seeded by --split-seed, each to another label chosen uniformly); val and holdout keep their labels. The flips are saved in RUN_DIR/label_noise.json.")
     mode: Literal["direct", "reasoning"] = Field("direct", description="Answer mode: 'direct' answers <answer>LABEL</answer> at once; 'reasoning' thinks in <think>…</think> first.")
     rubric: Optional[Path] = Field(None, description="Markdown file with the written labelling rules, included in the prompt.")
 
+    @field_validator("split_ratios", mode="before")
+    @classmethod
+    def _ratios_text(cls, value: Any) -> Any:
+        if isinstance(value, (list, tuple)):  # YAML lists: [0.7, 0.1, 0.2]
+            return ",".join(str(v) for v in value)
+        return value
+
+    @field_validator("split_ratios")
+    @classmethod
+    def _check_ratios(cls, value: str) -> str:
+        parse_ratios(value)
+        return value
+
     def label_list(self) -> list[str] | None:
         return [x.strip() for x in self.labels.split(",")] if self.labels else None
+
+    def ratios(self) -> tuple[float, float, float]:
+        return parse_ratios(self.split_ratios)
+
+
+def parse_ratios(text: str) -> tuple[float, float, float]:
+    """``"0.8,0.1,0.1"`` → (0.8, 0.1, 0.1), checked by ``labelrl.data.split.check_ratios``."""
+    from labelrl.data.split import check_ratios
+
+    try:
+        values = [float(x) for x in str(text).split(",")]
+    except ValueError:
+        raise ValueError(f"split_ratios={text!r}: give three numbers separated by commas, e.g. 0.8,0.1,0.1") from None
+    return check_ratios(values)

@@ -24,10 +24,11 @@ class DistillConfig(BaseModel):
     attempts: int = Field(4, ge=1, description="At most this many teacher attempts per item (attempt a uses seed SEED+a).")
     keep: Literal["first", "all"] = Field("first", description="Keep the first matching trace of an item, or every matching one.")
     rubric: Optional[Path] = Field(None, description="Text or Markdown file with the labelling rules, shown to the teacher.")
-    limit: Optional[int] = Field(None, ge=1, description="Distill only the first N items (a trial run).")
+    limit: Optional[int] = Field(None, ge=1, description="Distill a random sample of N items, stratified by label (seeded by --split-seed).")
     run_dir: Optional[Path] = Field(None, description="Run directory whose splits to use (made there if absent); without it every item of DATA is used.")
     split: Literal["train", "val", "holdout"] = Field("train", description="With --run-dir: the split whose items get traces.")
     split_seed: int = Field(0, description="With --run-dir: seed of the split (as --split-seed of sft).")
+    split_ratios: str = Field("0.8,0.1,0.1", description="With --run-dir: shares of train, val and holdout (as --split-ratios of sft).")
     max_new_tokens: int = Field(512, ge=1, description="Token cap of each teacher reply.")
     temperature: float = Field(0.7, ge=0, description="Teacher sampling temperature (0: greedy, so every attempt of a local teacher is the same).")
     seed: int = Field(0, description="Seed of the first attempt.")
@@ -51,14 +52,17 @@ class DistillConfig(BaseModel):
 def load_examples(cfg: DistillConfig):
     """The items to distill (the run directory's split, or all of DATA) and their label space."""
     from labelrl.data.load import load_dataset
+    from labelrl.data.options import parse_ratios
+    from labelrl.data.sample import sample_examples
     from labelrl.data.split import load_or_make_splits, select
 
     dataset = load_dataset(cfg.data, text_cols=cfg.text_col or None, label_col=cfg.label_col, labels=cfg.labels)
     examples = list(dataset.examples)
+    seed = cfg.split_seed
     if cfg.run_dir is not None:
-        examples = select(dataset, load_or_make_splits(dataset, cfg.run_dir, seed=cfg.split_seed), cfg.split)
-    if cfg.limit is not None:
-        examples = examples[: cfg.limit]
+        splits = load_or_make_splits(dataset, cfg.run_dir, seed=cfg.split_seed, ratios=parse_ratios(cfg.split_ratios))
+        examples, seed = select(dataset, splits, cfg.split), splits.seed
+    examples = sample_examples(examples, cfg.limit, seed)
     if not examples:
         raise ValueError(f"--split {cfg.split}: no items to distill; use more data or another split")
     return examples, dataset.labels

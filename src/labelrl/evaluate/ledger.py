@@ -1,11 +1,23 @@
-"""The holdout ledger: ``ledger.jsonl`` beside ``splits.json``, one line per evaluation.
+"""The holdout ledger: one line per evaluation, beside ``splits.json`` and in a shared store.
 
 A holdout estimates how a final model does on data nobody has looked at. Once its number
 has been seen, any choice made afterwards (another checkpoint, another threshold, another
 arm) is selection on the holdout, and the number stops being an unbiased estimate. So each
-model (identified by its weights' fingerprint) may be evaluated on a holdout (identified by
-its splits fingerprint) once; a second evaluation is refused unless explicitly allowed, and
-then recorded with ``repeat: true`` so every listing marks it.
+model (identified by its weights' fingerprint) may be evaluated on a holdout once; a second
+evaluation is refused unless explicitly allowed, and then recorded with ``repeat: true`` so
+every listing marks it.
+
+A holdout is identified by its content (``holdout_fingerprint``: its items' ids, texts and
+labels), not by the directory its splits were saved in: a second splits directory made from
+the same data rebuilds the same holdout, and must not come with an empty ledger. Every holdout
+record is therefore also appended to the shared ledger of that holdout,
+``$LABELRL_LEDGER_DIR/HOLDOUT_FINGERPRINT.jsonl`` (default
+``$XDG_DATA_HOME/labelrl/ledgers`` or ``~/.local/share/labelrl/ledgers``), and the check reads
+both. ``ledger.jsonl`` beside the splits keeps that directory's own history.
+
+A *derived* evaluation (``derived: true``) applies a decision rule chosen on val (e.g. a
+threshold on an SFT model's scores) to the holdout scores a model already produced in its one
+look: nothing new is seen, so it is recorded but is not a look and is never refused.
 
 Val evaluations are recorded too (never refused): together with the val metrics a run saved
 during training, they give the val → holdout drop per model, which shows how much each arm's
@@ -14,14 +26,18 @@ val number was inflated by the selection done on val.
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Sequence
 
 from labelrl.fileio import append_jsonl, read_jsonl
+from labelrl.types import Example
 
 LEDGER_FILE = "ledger.jsonl"
+LEDGER_DIR_ENV = "LABELRL_LEDGER_DIR"
 HOLDOUT = "holdout"
 SUMMARY_METRICS = ("accuracy", "balanced_accuracy", "precision", "recall", "f1", "roc_auc", "pr_auc", "ece",
                    "mean_abs_grade_error", "within_one_accuracy")
@@ -33,33 +49,76 @@ def ledger_path(splits_dir: str | Path) -> Path:
     return Path(splits_dir) / LEDGER_FILE
 
 
+def shared_ledger_dir() -> Path:
+    """Where the shared holdout ledgers live (module docstring)."""
+    configured = os.environ.get(LEDGER_DIR_ENV, "").strip()
+    if configured:
+        return Path(configured).expanduser()
+    data_home = os.environ.get("XDG_DATA_HOME", "").strip()
+    return (Path(data_home) if data_home else Path.home() / ".local" / "share") / "labelrl" / "ledgers"
+
+
+def shared_ledger_path(holdout_fingerprint: str) -> Path:
+    return shared_ledger_dir() / f"{holdout_fingerprint}.jsonl"
+
+
+def holdout_fingerprint(examples: Sequence[Example]) -> str:
+    """sha256 of the holdout's content: every (id, text, label), sorted by id."""
+    digest = hashlib.sha256()
+    for ex in sorted(examples, key=lambda e: e.id):
+        digest.update(json.dumps([ex.id, ex.text, ex.label], ensure_ascii=False).encode("utf-8") + b"\n")
+    return digest.hexdigest()
+
+
 def read_ledger(splits_dir: str | Path) -> list[dict]:
-    """Every recorded evaluation, oldest first (a torn last line is ignored)."""
+    """Every evaluation recorded beside these splits, oldest first (a torn last line is
+    ignored; corruption anywhere else is a ValueError naming the line)."""
     return read_jsonl(ledger_path(splits_dir))
 
 
-def holdout_records(records: Iterable[dict], model_fingerprint: str, split_fingerprint: str) -> list[dict]:
-    return [r for r in records if r.get("split") == HOLDOUT and r.get("model_fingerprint") == model_fingerprint
-            and r.get("split_fingerprint") == split_fingerprint]
+def holdout_records(records: Iterable[dict], model_fingerprint: str, split_fingerprint: str,
+                    holdout_fp: str | None = None) -> list[dict]:
+    """The holdout *looks* (derived records excluded) of this model on this holdout: the same
+    splits fingerprint, or the same holdout content."""
+    return [r for r in records if r.get("split") == HOLDOUT and not r.get("derived")
+            and r.get("model_fingerprint") == model_fingerprint
+            and (r.get("split_fingerprint") == split_fingerprint
+                 or (holdout_fp is not None and r.get("holdout_fingerprint") == holdout_fp))]
 
 
-def check_holdout(splits_dir: str | Path, model_fingerprint: str, split_fingerprint: str, *, allow_repeat: bool = False) -> bool:
+def earlier_looks(splits_dir: str | Path, model_fingerprint: str, split_fingerprint: str,
+                  holdout_fp: str | None = None) -> list[dict]:
+    """This model's earlier looks at this holdout, from the splits directory's ledger and the
+    holdout's shared ledger (a record in both counts once), oldest first."""
+    records = read_ledger(splits_dir) + (read_jsonl(shared_ledger_path(holdout_fp)) if holdout_fp else [])
+    seen, out = set(), []
+    for r in holdout_records(records, model_fingerprint, split_fingerprint, holdout_fp):
+        key = json.dumps(r, sort_keys=True, default=str)
+        if key not in seen:
+            seen.add(key)
+            out.append(r)
+    return sorted(out, key=lambda r: str(r.get("time", "")))
+
+
+def check_holdout(splits_dir: str | Path, model_fingerprint: str, split_fingerprint: str, *, allow_repeat: bool = False,
+                  holdout_fp: str | None = None) -> bool:
     """Whether evaluating this model on this holdout would be a repeat.
 
     Raises ValueError (before anything is predicted) when it would be and ``allow_repeat``
     is False.
     """
-    earlier = holdout_records(read_ledger(splits_dir), model_fingerprint, split_fingerprint)
+    earlier = earlier_looks(splits_dir, model_fingerprint, split_fingerprint, holdout_fp)
     if earlier and not allow_repeat:
         first = earlier[0]
         ba = first.get("metrics", {}).get("balanced_accuracy")
         seen = f" (balanced accuracy {ba:.3f})" if isinstance(ba, (int, float)) else ""
+        where = first.get("splits_dir") or str(splits_dir)
         raise ValueError(
-            f"the holdout in {splits_dir} was already evaluated with this model (fingerprint {model_fingerprint[:12]}) "
-            f"on {first.get('time', '?')}{seen}, see {ledger_path(splits_dir)}. A holdout touched twice stops being a "
-            "holdout: anything chosen after seeing its number is selection on it, and the number it then gives is "
-            "inflated. Report the first number; to evaluate again anyway pass --allow-repeat-holdout (the result is "
-            "recorded and marked as a repeat)"
+            f"this holdout was already evaluated with this model (fingerprint {model_fingerprint[:12]}) on "
+            f"{first.get('time', '?')}{seen}, with the splits in {where} (see {ledger_path(where)}). A holdout touched "
+            "twice stops being a holdout: anything chosen after seeing its number is selection on it, and the number "
+            "it then gives is inflated. Report the first number; to evaluate again anyway pass --allow-repeat-holdout "
+            "(the result is recorded and marked as a repeat)"
         )
     return bool(earlier)
 
@@ -83,20 +142,28 @@ def record_evaluation(
     split_fingerprint: str,
     metrics: dict,
     repeat: bool = False,
+    holdout_fp: str | None = None,
+    derived: bool = False,
     extra: dict | None = None,
 ) -> dict:
-    """Append one evaluation to the ledger and return the record."""
+    """Append one evaluation to the splits directory's ledger (and, for a holdout, to the
+    holdout's shared ledger) and return the record."""
     record = {
         "time": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "split": split,
         "model_spec": str(model_spec),
         "model_fingerprint": model_fingerprint,
         "split_fingerprint": split_fingerprint,
+        "holdout_fingerprint": holdout_fp,
+        "splits_dir": str(Path(splits_dir).resolve()),
         "repeat": bool(repeat),
+        "derived": bool(derived),
         "metrics": summary_metrics(metrics),
         **(extra or {}),
     }
     append_jsonl(ledger_path(splits_dir), record)
+    if split == HOLDOUT and holdout_fp is not None:
+        append_jsonl(shared_ledger_path(holdout_fp), record)
     return record
 
 
@@ -127,7 +194,7 @@ def drop_table(records: Iterable[dict]) -> list[dict]:
     seen: set[tuple[str, str]] = set()
     for rec in records:
         key = (rec.get("model_fingerprint"), rec.get("split_fingerprint"))
-        if rec.get("split") != HOLDOUT or key in seen:
+        if rec.get("split") != HOLDOUT or rec.get("derived") or key in seen:
             continue
         seen.add(key)
         same = (rec.get("model_fingerprint"), rec.get("split_fingerprint"), rec.get("method"), rec.get("label_col"))

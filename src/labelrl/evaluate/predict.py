@@ -33,6 +33,7 @@ from labelrl.data.prompts import (
     render_messages,
     render_prompt,
 )
+from labelrl.data.sample import sample_examples
 from labelrl.data.split import (
     SPLIT_NAMES,
     SPLITS_FILE,
@@ -42,6 +43,7 @@ from labelrl.data.split import (
     splits_fingerprint,
 )
 from labelrl.evaluate.io import Predictions, predictions_table
+from labelrl.evaluate.ledger import holdout_fingerprint
 from labelrl.models.prepare import resolve_model_spec
 from labelrl.rollout.sampler import pad_id
 from labelrl.types import Dataset, Example, LabelSpace
@@ -63,6 +65,7 @@ class EvalData:
     splits_dir: Path
     split_fingerprint: str
     label_col: str | None
+    holdout_fingerprint: str | None = None  # content of the whole holdout split (labelrl.evaluate.ledger)
 
 
 @dataclass
@@ -130,7 +133,9 @@ def load_eval_data(
     """The examples of ``split``, checked against ``splits_dir/splits.json`` (made when absent).
 
     The dataset must be the one the splits were made from (same fingerprint). With
-    ``label_col``, that column is the answer key instead of the training label column.
+    ``label_col``, that column is the answer key instead of the training label column. With
+    ``limit``, a random sample of the split stratified by label, seeded by the splits' seed
+    (``labelrl.data.sample``): every model evaluated on these splits gets the same items.
     """
     if split not in SPLIT_NAMES[1:]:
         raise ValueError(f"split {split!r}: evaluate on 'val' or 'holdout' (train is what the model learned from)")
@@ -144,14 +149,14 @@ def load_eval_data(
                 "(dataset fingerprints differ); evaluate with the data options the splits were made with"
             )
     else:
-        splits = load_or_make_splits(dataset, splits_dir, seed=options.split_seed)
-    examples = select(dataset, splits, split)[:limit] if limit else select(dataset, splits, split)
+        splits = load_or_make_splits(dataset, splits_dir, seed=options.split_seed, ratios=options.ratios())
+    examples = sample_examples(select(dataset, splits, split), limit, splits.seed)
     if not examples:
         raise ValueError(f"split {split!r} is empty in {splits_dir}; use more data or other split ratios")
     if label_col is not None and label_col != options.label_col:
         examples = _relabel(examples, _load(options, label_col, dataset.labels), label_col)
     return EvalData(examples, dataset.labels, options, _read_rubric(options), split, splits_dir,
-                    splits.fingerprint, label_col)
+                    splits.fingerprint, label_col, holdout_fingerprint(select(dataset, splits, "holdout")))
 
 
 def prepare(
@@ -303,12 +308,15 @@ def evaluate_split(
     seed: int = 0,
     batch_size: int = 16,
     max_new_tokens: int | None = None,
+    record_extra: dict | None = None,
 ) -> EvalResult:
     """Predict, score and record one evaluation, honouring the holdout ledger.
 
-    A holdout evaluation of a model already recorded on the same holdout is refused
-    (ValueError, before anything is predicted) unless ``allow_repeat_holdout``; then it is
-    recorded with ``repeat: true``. Every evaluation (val too) is appended to the ledger.
+    A holdout evaluation of a model already recorded on the same holdout (same splits, or the
+    same holdout content in another splits directory) is refused (ValueError, before anything
+    is predicted) unless ``allow_repeat_holdout``; then it is recorded with ``repeat: true``.
+    Every evaluation (val too) is appended to the ledger, with ``record_extra`` (e.g. the
+    paths of the files it is written to).
     """
     from labelrl.evaluate import ledger
     from labelrl.evaluate.metrics import classification_metrics
@@ -317,13 +325,14 @@ def evaluate_split(
     repeat = False
     if data.split == ledger.HOLDOUT:
         repeat = ledger.check_holdout(data.splits_dir, setup.model_fingerprint, data.split_fingerprint,
-                                      allow_repeat=allow_repeat_holdout)
+                                      allow_repeat=allow_repeat_holdout, holdout_fp=data.holdout_fingerprint)
     pred = run_predictions(setup, method=method, batch_size=batch_size, max_new_tokens=max_new_tokens)
     metrics = classification_metrics(pred.y_true, pred.y_pred, pred.labels, scores=pred.scores(), n_boot=n_boot, seed=seed)
-    extra = {k: pred.info[k] for k in ("method", "label_col", "data", "n")}
+    extra = {k: pred.info[k] for k in ("method", "label_col", "data", "n")} | (record_extra or {})
     record = ledger.record_evaluation(
         data.splits_dir, split=data.split, model_spec=setup.model_spec, model_fingerprint=setup.model_fingerprint,
         split_fingerprint=data.split_fingerprint, metrics=metrics, repeat=repeat, extra=extra,
+        holdout_fp=data.holdout_fingerprint,
     )
     pred.info["repeat"] = repeat
     return EvalResult(pred, metrics, record, repeat)

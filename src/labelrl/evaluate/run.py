@@ -27,12 +27,13 @@ class EvalConfig(BaseModel):
     mode: Optional[Literal["direct", "reasoning"]] = Field(None, description="With --data: the answer mode the model was trained for (default: direct).")
     rubric: Optional[Path] = Field(None, description="With --data: the rubric file the model was trained with.")
     split_seed: int = Field(0, description="With --data and no splits.json yet: seed of the split made in --splits.")
+    split_ratios: str = Field("0.8,0.1,0.1", description="With --data and no splits.json yet: shares of train, val and holdout of the split made in --splits.")
     splits: Optional[Path] = Field(None, description="Directory of splits.json and ledger.jsonl (default: the run directory); needed for a bare model.")
     method: Optional[Literal["scores", "generate"]] = Field(None, description="scores: label-token probabilities (direct models); generate: greedy decoding parsed strictly (default: scores for direct mode, generate for reasoning).")
     out: Optional[Path] = Field(None, description="Predictions file (.parquet or .csv) (default: SPLITS_DIR/eval/NAME-SPLIT.parquet).")
     json_path: Optional[Path] = Field(None, description="Write the metrics, the ledger record and the file paths to this JSON file.")
     allow_repeat_holdout: bool = Field(False, description="Evaluate a model on the holdout again; the result is recorded and marked as a repeat.")
-    limit: Optional[int] = Field(None, ge=1, description="Evaluate only the first N examples of the split.")
+    limit: Optional[int] = Field(None, ge=1, description="Evaluate a random sample of N examples of the split, stratified by label and seeded by the splits' seed (every model gets the same items).")
     n_boot: int = Field(1000, ge=0, description="Bootstrap resamples for the 95% intervals (0: none).")
     seed: int = Field(0, description="Seed of the bootstrap.")
     batch_size: int = Field(16, ge=1, description="Prompts per forward pass.")
@@ -51,7 +52,8 @@ class EvalConfig(BaseModel):
         if self.data is None:
             return None
         return DataOptions(data=self.data, text_col=self.text_col or None, label_col=self.label_col, labels=self.labels,
-                           kind=self.kind, mode=self.mode or "direct", rubric=self.rubric, split_seed=self.split_seed)
+                           kind=self.kind, mode=self.mode or "direct", rubric=self.rubric, split_seed=self.split_seed,
+                           split_ratios=self.split_ratios)
 
 
 def default_out(setup, split: str) -> Path:
@@ -76,10 +78,12 @@ def evaluate_and_write(setup, cfg: EvalConfig) -> dict:
     from labelrl.evaluate.predict import evaluate_split
     from labelrl.fileio import atomic_write_json
 
-    result = evaluate_split(setup, method=cfg.method, allow_repeat_holdout=cfg.allow_repeat_holdout, n_boot=cfg.n_boot,
-                            seed=cfg.seed, batch_size=cfg.batch_size, max_new_tokens=cfg.max_new_tokens)
-    pred, metrics = result.predictions, result.metrics
     out = cfg.out or default_out(setup, cfg.split)
+    paths = {"predictions": str(Path(out).resolve()), "report": str(Path(cfg.json_path).resolve()) if cfg.json_path else None}
+    result = evaluate_split(setup, method=cfg.method, allow_repeat_holdout=cfg.allow_repeat_holdout, n_boot=cfg.n_boot,
+                            seed=cfg.seed, batch_size=cfg.batch_size, max_new_tokens=cfg.max_new_tokens,
+                            record_extra={"files": paths})
+    pred, metrics = result.predictions, result.metrics
     write_predictions(pred, out)
     files = {"predictions": str(out), "reliability_png": None, "json": str(cfg.json_path) if cfg.json_path else None,
              "ledger": str(ledger_path(setup.data.splits_dir))}

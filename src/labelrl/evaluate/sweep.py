@@ -11,7 +11,9 @@ thresholds are the distinct scores. Everything is one-vs-rest on the positive la
 multi-class predictions work with ``score_<positive>``. For a hard-prediction model, an
 unparsed answer is wrong: it is a miss on a positive and not a correct rejection on a
 negative (as in ``labelrl.evaluate.metrics``). Compared metrics: accuracy, balanced
-accuracy, precision, recall and F1 of the positive label.
+accuracy, precision, recall and F1 of the positive label. Equal metrics do not make equal
+predictions: the verdict of ``compare_operating_point`` also measures how many items the two
+models answer alike, and says which of the two it rests on.
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ from labelrl.types import canonical_label
 
 COMPARED_METRICS = ("accuracy", "balanced_accuracy", "precision", "recall", "f1")
 DEFAULT_TOLERANCE = 0.01
+# Item agreement at or above which a matched operating point counts as the same predictions.
+DEFAULT_AGREEMENT = 0.95
 
 
 def _ratio(num, den):
@@ -134,15 +138,29 @@ def _binary_view(pred: Predictions, rows: list[int], positive: str) -> tuple[np.
 
 
 def compare_operating_point(
-    scored: Predictions, other: Predictions, positive: str, score: np.ndarray, *, tolerance: float = DEFAULT_TOLERANCE
+    scored: Predictions, other: Predictions, positive: str, score: np.ndarray, *, tolerance: float = DEFAULT_TOLERANCE,
+    agreement_min: float = DEFAULT_AGREEMENT,
 ) -> dict:
     """Is ``other``'s operating point a threshold on ``scored``?
 
-    On the ids both hold, every threshold of the scored model is tried; the one minimising
-    the largest absolute difference over ``COMPARED_METRICS`` is reported, with both sets of
-    metrics, the differences, and the verdict (reproduced when that largest difference is ≤
-    ``tolerance``). The threshold matching the other model's recall (the largest whose recall
-    is ≥ it) is reported too.
+    On the ids both hold, at the threshold of the scored model whose recall matches the other
+    model's (``recall_matched_index``), two things are measured:
+
+    * the operating point: the recall and false-positive-rate differences, which "match" when
+      each is within one item of its class (1/n_pos, 1/n_neg) or ``tolerance``, whichever is
+      larger (``point_tolerance``): a single item cannot be resolved;
+    * item agreement: the share of items on which the other model's answer equals the
+      thresholded scored model's, with a 95% Wilson interval, next to the agreement expected by
+      chance from a model with the same per-class positive rates whose answers are unrelated to
+      the scores (``chance_agreement``).
+
+    Verdict: "not reproduced" when the points do not match (rests on the metrics); when they
+    match, "reproduced" when the items agree at least ``agreement_min`` and the interval's lower
+    end clears chance (or every item agrees), "not reproduced on items" when they agree less
+    than ``agreement_min``, and "undetermined" when chance alone would agree about as well
+    (rests on the items). The
+    threshold whose metrics come closest overall (largest absolute difference over
+    ``COMPARED_METRICS``) is reported too.
     """
     rows_s, rows_o = join_on_id(scored, other, f"{scored.info.get('source', 'scored')} and {other.info.get('source', 'compared')}")
     true_pos, _, _ = _binary_view(scored, rows_s, positive)
@@ -152,21 +170,76 @@ def compare_operating_point(
     table = curve.metrics()
     gaps = np.max([np.abs(table[m] - theirs[m]) for m in COMPARED_METRICS], axis=0)
     best = int(np.argmin(gaps))
-    ours = curve.at(best)
-    diffs = {m: ours[m] - theirs[m] for m in COMPARED_METRICS}
-    worst = max(diffs, key=lambda m: abs(diffs[m]))
-    by_recall = threshold_for_recall(curve, theirs["recall"]) if theirs["recall"] > 0 else 0
-    reproduced = bool(gaps[best] <= tolerance + 1e-12)
-    return {
+    by_recall = recall_matched_index(curve, theirs["recall"], theirs["fpr"])
+    matched = curve.at(by_recall)
+    result = {
         "source": other.info.get("source"), "n_joined": len(rows_s),
-        "compared_metrics": theirs, "threshold": ours["threshold"], "scored_metrics": ours,
-        "differences": diffs, "max_metric_difference": float(gaps[best]), "reproduced": reproduced,
-        "verdict": f"reproduced within {tolerance:g}" if reproduced else
-        f"not reproduced within {tolerance:g}: {worst} differs by {diffs[worst]:+.3f} at the closest threshold",
-        "recall_matched_threshold": float(curve.thresholds[by_recall]),
-        "recall_matched_metrics": curve.at(by_recall),
+        "compared_metrics": theirs, "threshold": float(curve.thresholds[best]), "scored_metrics": curve.at(best),
+        "differences": {m: curve.at(best)[m] - theirs[m] for m in COMPARED_METRICS},
+        "max_metric_difference": float(gaps[best]),
+        "recall_matched_threshold": float(curve.thresholds[by_recall]), "recall_matched_metrics": matched,
         "recall_matched_max_difference": float(gaps[by_recall]),
+        "recall_matched_differences": {m: matched[m] - theirs[m] for m in (*COMPARED_METRICS, "fpr")},
     }
+    result.update(_agreement(true_pos, score[rows_s] >= curve.thresholds[by_recall], pred_pos, parsed))
+    result.update(_verdict(result, curve.n_pos, curve.n_neg, tolerance, agreement_min))
+    return result
+
+
+def recall_matched_index(curve: ThresholdCurve, recall: float, fpr: float) -> int:
+    """The threshold with the other model's recall (the largest reaching it) and, among the
+    thresholds with that same recall, the false-positive rate closest to the other model's."""
+    first = threshold_for_recall(curve, recall) if recall > 0 else 0
+    same = np.flatnonzero(curve.tp == curve.tp[first])
+    return int(same[np.argmin(np.abs(curve.fp[same] / curve.n_neg - fpr))])
+
+
+def chance_agreement(true_pos: np.ndarray, a_pos: np.ndarray, b_pos: np.ndarray) -> float:
+    """Agreement of two predictors whose answers are independent given the true class, with these
+    per-class positive rates: Σ_c (n_c/n)·(a_c·b_c + (1 − a_c)(1 − b_c))."""
+    out = 0.0
+    for cls in (True, False):
+        mask = true_pos == cls
+        if mask.any():
+            a, b = a_pos[mask].mean(), b_pos[mask].mean()
+            out += mask.mean() * (a * b + (1 - a) * (1 - b))
+    return float(out)
+
+
+def _agreement(true_pos: np.ndarray, thresholded: np.ndarray, pred_pos: np.ndarray, parsed: np.ndarray) -> dict:
+    """Item agreement of the other model (an unparsed answer agrees with nothing) with the
+    thresholded scored model, its Wilson interval and the chance level."""
+    from scipy.stats import binomtest
+
+    same = (thresholded == pred_pos) & parsed
+    k, n = int(same.sum()), len(same)
+    ci = binomtest(k, n).proportion_ci(confidence_level=0.95, method="wilson")
+    return {"item_agreement": k / n, "item_agreement_ci": [float(ci.low), float(ci.high)], "n_disagree": n - k,
+            "chance_agreement": chance_agreement(true_pos, thresholded, pred_pos & parsed)}
+
+
+def _verdict(r: dict, n_pos: int, n_neg: int, tolerance: float, agreement_min: float) -> dict:
+    tol = {"recall": max(tolerance, 1 / n_pos), "fpr": max(tolerance, 1 / n_neg)}
+    diff = r["recall_matched_differences"]
+    off = [m for m in ("recall", "fpr") if abs(diff[m]) > tol[m] + 1e-12]
+    agree, (lo, hi), chance = r["item_agreement"], r["item_agreement_ci"], r["chance_agreement"]
+    items = f"{agree:.3f} [{lo:.3f}, {hi:.3f}] of items agree (chance {chance:.3f})"
+    tol_text = (f"tolerance one item of each class: recall ±{tol['recall']:.3f} (1/{n_pos}), "
+                f"FPR ±{tol['fpr']:.3f} (1/{n_neg}), at least {tolerance:g}")
+    if off:
+        worst = max(off, key=lambda m: abs(diff[m]))
+        verdict, rests = (f"not reproduced: at the SFT threshold with the same recall, {worst} differs by "
+                          f"{diff[worst]:+.3f} (beyond one item); {items}"), "metrics"
+    elif agree < agreement_min:
+        verdict, rests = (f"not reproduced on items: the same operating point within one item, but only {items}: "
+                          "the arm reaches it with other predictions"), "items"
+    elif lo <= chance and agree < 1.0:  # every item agreeing is the claim itself, however likely by chance
+        verdict, rests = (f"undetermined: the same operating point and {items}, but answers unrelated to the scores "
+                          "would agree about as often"), "items"
+    else:
+        verdict, rests = f"reproduced: the same operating point within one item, and {items}", "items"
+    return {"verdict": verdict, "verdict_rests_on": rests, "reproduced": verdict.startswith("reproduced"),
+            "point_tolerance": tol, "tolerance_text": tol_text, "agreement_min": agreement_min}
 
 
 def _finite(values: np.ndarray) -> list[float | None]:
@@ -180,6 +253,7 @@ def sweep(
     target_recall: float | None = 0.9,
     compare: list[Predictions] = (),
     tolerance: float = DEFAULT_TOLERANCE,
+    agreement_min: float = DEFAULT_AGREEMENT,
 ) -> dict:
     """ROC curve, the threshold for a target recall, the best-balanced-accuracy threshold,
     and the operating-point comparison for each of ``compare`` (see module docstring)."""
@@ -207,7 +281,7 @@ def sweep(
         points.append({"name": f"recall ≥ {target_recall:g}", "fpr": curve.at(i)["fpr"], "tpr": curve.at(i)["recall"]})
     out["compared"] = []
     for other in compare:
-        result = compare_operating_point(scored, other, positive, score, tolerance=tolerance)
+        result = compare_operating_point(scored, other, positive, score, tolerance=tolerance, agreement_min=agreement_min)
         out["compared"].append(result)
         points.append({"name": str(result["source"]), "fpr": result["compared_metrics"]["fpr"],
                        "tpr": result["compared_metrics"]["recall"], "reproduced": result["reproduced"]})

@@ -169,14 +169,16 @@ def update_policy(run: RLRun, batch: parts.StepBatch) -> dict:
 
     Skipping is exact: their loss terms are 0 and the aggregation still divides by the
     whole batch's sequence and token counts, so the update equals the one over all groups.
-    With β > 0 uniform groups still carry the KL term, so nothing is skipped. Each process
+    With β > 0 uniform groups still carry the KL term, so nothing is skipped, except under
+    dynamic sampling, whose batch is its informative groups only. Each process
     trains on its share of the kept groups (``parts.training_share``); a process whose share
     is empty runs one kept group with weight 0, so that it still takes part in the
     gradient reduction.
     """
     cfg = run.cfg
-    skip = cfg.skip_uninformative and cfg.beta == 0
-    keep = batch.informative.nonzero().flatten().tolist() if skip else list(range(len(batch.prompt_ids)))
+    # Dynamic sampling's batch is its B informative groups (DAPO): the rest are never trained on.
+    only_informative = run.algo.dynamic_sampling or (cfg.skip_uninformative and cfg.beta == 0)
+    keep = batch.informative.nonzero().flatten().tolist() if only_informative else list(range(len(batch.prompt_ids)))
     normaliser = parts.loss_normaliser(batch, keep if run.algo.dynamic_sampling else None, cfg.group_size)
     stats = {K.LOSS: 0.0, K.GRAD_NORM: 0.0, K.KL: 0.0, K.NONFINITE_SKIPPED: 0}
     if keep:

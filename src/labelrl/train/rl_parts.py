@@ -68,8 +68,9 @@ def resolve_algorithm(cfg, labels: LabelSpace, train_labels: list[str] | None = 
         max_new_tokens=cfg.max_new_tokens,
         cache_tokens=cfg.overlong_cache,
     )
-    scale = reward.scale()
-    threshold = cfg.threshold if cfg.threshold is not None else success_threshold(scale)
+    # One definition of "failed" for every estimator: the task's success threshold (default full
+    # credit). CoRPO's τ is an estimator option and may differ from it.
+    threshold = cfg.success_threshold if cfg.success_threshold is not None else success_threshold(reward.scale())
     return Algorithm(
         estimator=preset.estimator, estimator_options=estimator_options,
         surrogate=preset.surrogate, surrogate_options=dict(preset.surrogate_options),
@@ -179,19 +180,24 @@ def grade_and_advantage(run, idx: list[int], rollout, round_index: int, position
 
 def concat_batches(batches: list[StepBatch], limit_informative: int | None) -> StepBatch:
     """Join dynamic-sampling rounds; beyond ``limit_informative`` informative groups, later
-    ones are marked uninformative (sampled and logged, not trained on)."""
+    ones are marked uninformative and their advantages set to 0 (sampled and logged, never
+    trained on, whatever the skip rule or β)."""
     if len(batches) == 1 and limit_informative is None:
         return batches[0]
     cat = lambda name: [x for b in batches for x in getattr(b, name)]  # noqa: E731
     informative = torch.cat([b.informative for b in batches])
+    advantages = torch.cat([b.advantages for b in batches])
     if limit_informative is not None:
         seen = informative.cumsum(0)
-        informative = informative & (seen <= limit_informative)
+        leftover = informative & (seen > limit_informative)
+        informative = informative & ~leftover
+        group_size = advantages.numel() // informative.numel()
+        advantages = torch.where(leftover.repeat_interleave(group_size), torch.zeros_like(advantages), advantages)
     return StepBatch(
         example_index=cat("example_index"), group_labels=cat("group_labels"), prompt_ids=cat("prompt_ids"),
         completion_ids=cat("completion_ids"), texts=cat("texts"), truncated=cat("truncated"), graded=cat("graded"),
         rewards=torch.cat([b.rewards for b in batches]), loss_mask=torch.cat([b.loss_mask for b in batches]),
-        advantages=torch.cat([b.advantages for b in batches]), informative=informative,
+        advantages=advantages, informative=informative,
         uniform=torch.cat([b.uniform for b in batches]), new_tokens=sum(b.new_tokens for b in batches),
         sample_seconds=sum(b.sample_seconds for b in batches),
     )

@@ -19,6 +19,7 @@ import torch
 from labelrl import metrics_keys as K
 from labelrl.data.prepare import RunData, prepare_data, prompt_ids
 from labelrl.data.prompts import answer_target
+from labelrl.data.sample import sample_examples
 from labelrl.evaluate.metrics import basic_metrics
 from labelrl.evaluate.score import score_labels
 from labelrl.fileio import RunLock, append_jsonl, atomic_write_json
@@ -113,7 +114,7 @@ def evaluate_val(model, tokenizer, data: RunData, cfg: SFTConfig) -> dict[str, f
     Direct mode scores the label tokens (one forward pass, no generation); reasoning mode
     greedy-decodes and parses with the strict parser (an unparseable answer is wrong).
     """
-    val = data.val[: cfg.eval_limit] if cfg.eval_limit else data.val
+    val = sample_examples(data.val, cfg.eval_limit, data.split_seed)
     if not val:
         return {}
     prompts = prompt_ids(tokenizer, val, data, cfg.mode)

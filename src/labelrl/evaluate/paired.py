@@ -1,0 +1,152 @@
+"""Paired comparison of two arms scored on the same items, over items and over seeds.
+
+Two arms evaluated on the same holdout items are compared item by item: an item that is hard
+for one is hard for the other, so the paired difference is far more precise than two
+separate intervals (which overlap almost always at a few hundred items). An arm may hold
+several runs, one per seed (replicates); the difference is then between the arms' means over
+their runs, and its interval accounts for the spread over seeds as well as over items.
+
+For a metric m (accuracy, balanced accuracy, and for ordinal tasks the mean absolute grade
+error), with runs a_1 … a_S of arm A and b_1 … b_T of arm B on the n shared items:
+
+    Δ = mean_t m(b_t) − mean_s m(a_s)
+
+The 95% interval is a two-level percentile bootstrap (Davison & Hinkley 1997, §3.8, resampling
+at both stages): each replicate draws n items with replacement (the same items for every run:
+the pairing) and, independently, S runs of A and T runs of B with replacement, and computes Δ
+on them. The draws come from ``numpy.random.default_rng(seed)`` in this order, all at once:
+``items = rng.integers(0, n, (n_boot, n))``, ``runs_a = rng.integers(0, S, (n_boot, S))``,
+``runs_b = rng.integers(0, T, (n_boot, T))``. With one run per arm this is the ordinary paired
+bootstrap over items.
+
+Binary correctness is also compared with McNemar's exact test (McNemar 1947; the exact form is
+a two-sided binomial test of the discordant pairs, ``scipy.stats.binomtest``), per pair of
+runs: by position when both arms have the same number of runs (seed k with seed k), else each
+run of the replicated arm against the single run of the other.
+
+An unparsed answer is wrong, and counts as the farthest grade in the grade error, as in
+``labelrl.evaluate.metrics``.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+from scipy.stats import binomtest
+
+from labelrl.evaluate.io import Predictions
+from labelrl.evaluate.metrics import Encoded, encode, metrics_from_weights
+
+COMPARED = ("accuracy", "balanced_accuracy", "mean_abs_grade_error")
+# Lower is better for these; "better" in a verdict means a lower value.
+LOWER_IS_BETTER = {"mean_abs_grade_error"}
+_CELLS = 4_000_000  # item-weights held in memory at once
+
+
+def shared_ids(runs: Sequence[Predictions]) -> list[str]:
+    """Ids every run holds, in the first run's order; ValueError when two runs disagree on a label."""
+    common = set(runs[0].ids)
+    for run in runs[1:]:
+        common &= set(run.ids)
+    if not common:
+        raise ValueError("the runs share no item id: a paired comparison needs the same items in every run "
+                         "(evaluate every arm on the same split and --limit)")
+    truth = dict(zip(runs[0].ids, runs[0].y_true))
+    for run in runs[1:]:
+        bad = next((i for i, y in zip(run.ids, run.y_true) if i in common and y != truth[i]), None)
+        if bad is not None:
+            raise ValueError(f"item {bad!r} has label {truth[bad]!r} in one run and another in {run.info.get('source', 'another')}: "
+                             "the runs were scored against different answer keys")
+    return [i for i in runs[0].ids if i in common]
+
+
+def _encode_on(run: Predictions, ids: list[str]) -> Encoded:
+    row = {i: r for r, i in enumerate(run.ids)}
+    rows = [row[i] for i in ids]
+    return encode([run.y_true[r] for r in rows], [run.y_pred[r] for r in rows], run.labels)
+
+
+def _metric_matrix(encs: list[Encoded], items: np.ndarray, metrics: tuple[str, ...]) -> dict[str, np.ndarray]:
+    """Each metric [n_boot, R] of every run under each replicate's item draw."""
+    n_boot, n = items.shape
+    out = {m: np.empty((n_boot, len(encs))) for m in metrics}
+    chunk = max(1, _CELLS // max(n, 1))
+    for start in range(0, n_boot, chunk):
+        draws = items[start : start + chunk]
+        b = len(draws)
+        weights = np.bincount((draws + (np.arange(b) * n)[:, None]).ravel(), minlength=b * n).reshape(b, n).astype(np.float64)
+        for r, enc in enumerate(encs):
+            values = metrics_from_weights(weights, enc)
+            for m in metrics:
+                out[m][start : start + b, r] = values[m]
+    return out
+
+
+def _point(enc: Encoded, metric: str) -> float:
+    return float(metrics_from_weights(np.ones((1, enc.n)), enc)[metric][0])
+
+
+def mcnemar(a: Encoded, b: Encoded) -> dict:
+    """McNemar's exact test of B's correctness against A's on the same items."""
+    right_a, right_b = a.pred == a.true, b.pred == b.true
+    a_only, b_only = int((right_a & ~right_b).sum()), int((~right_a & right_b).sum())
+    p = binomtest(b_only, a_only + b_only, 0.5).pvalue if a_only + b_only else 1.0
+    return {"a_right_b_wrong": a_only, "a_wrong_b_right": b_only, "p_value": float(p)}
+
+
+def _run_pairs(n_a: int, n_b: int) -> list[tuple[int, int]]:
+    if n_a == n_b:
+        return [(i, i) for i in range(n_a)]
+    if n_a == 1:
+        return [(0, j) for j in range(n_b)]
+    if n_b == 1:
+        return [(i, 0) for i in range(n_a)]
+    return [(i, i) for i in range(min(n_a, n_b))]
+
+
+def paired_comparison(a: Sequence[Predictions], b: Sequence[Predictions], *, names: tuple[str, str] = ("A", "B"),
+                      n_boot: int = 2000, seed: int = 0) -> dict:
+    """Δ (B − A) per metric with its two-level bootstrap interval, McNemar per pair of runs, and
+    a verdict on balanced accuracy (module docstring). ``a`` and ``b`` are each arm's runs."""
+    if not a or not b:
+        raise ValueError("a paired comparison needs at least one run of each arm")
+    if n_boot < 1:
+        raise ValueError(f"n_boot={n_boot}: the paired interval needs at least 1 bootstrap resample (e.g. 2000)")
+    ids = shared_ids([*a, *b])
+    enc_a, enc_b = [_encode_on(r, ids) for r in a], [_encode_on(r, ids) for r in b]
+    metrics = tuple(m for m in COMPARED if m != "mean_abs_grade_error" or enc_a[0].labels.kind == "ordinal")
+    n, S, T = len(ids), len(a), len(b)
+    rng = np.random.default_rng(seed)
+    items = rng.integers(0, n, (n_boot, n))
+    runs_a, runs_b = rng.integers(0, S, (n_boot, S)), rng.integers(0, T, (n_boot, T))
+    boot = _metric_matrix(enc_a + enc_b, items, metrics)
+    out: dict = {"names": list(names), "n": n, "n_runs": [S, T], "n_boot": n_boot, "seed": seed, "metrics": {}}
+    for m in metrics:
+        pa, pb = [_point(e, m) for e in enc_a], [_point(e, m) for e in enc_b]
+        mat = boot[m]
+        delta = (np.take_along_axis(mat[:, S:], runs_b, axis=1).mean(axis=1)
+                 - np.take_along_axis(mat[:, :S], runs_a, axis=1).mean(axis=1))
+        delta = delta[np.isfinite(delta)]
+        ci = [float(v) for v in np.percentile(delta, [2.5, 97.5])] if len(delta) else None
+        out["metrics"][m] = {"a": float(np.mean(pa)), "b": float(np.mean(pb)), "a_runs": pa, "b_runs": pb,
+                             "delta": float(np.mean(pb) - np.mean(pa)), "ci": ci}
+    out["mcnemar"] = [{"a_run": i, "b_run": j, **mcnemar(enc_a[i], enc_b[j])} for i, j in _run_pairs(S, T)]
+    out["verdict"] = verdict(out, "balanced_accuracy")
+    return out
+
+
+def verdict(result: dict, metric: str = "balanced_accuracy") -> str:
+    """Plain words for one metric's paired difference: which arm is better, or "no detectable
+    difference" when the interval covers zero."""
+    a, b = result["names"]
+    m = result["metrics"][metric]
+    lo, hi = m["ci"] or (float("nan"), float("nan"))
+    short = {"balanced_accuracy": "ΔBA", "accuracy": "Δacc", "mean_abs_grade_error": "Δ|err|"}[metric]
+    runs = result["n_runs"]
+    seeds = "" if runs == [1, 1] else f", {runs[0]} vs {runs[1]} seeds"
+    numbers = f"{short} {m['delta']:+.3f} [{lo:+.3f}, {hi:+.3f}] over {result['n']} items{seeds}"
+    if not (lo > 0 or hi < 0):
+        return f"{b} vs {a}: no detectable difference ({numbers})"
+    better = (hi < 0) if metric in LOWER_IS_BETTER else (lo > 0)
+    return f"{b} vs {a}: {b} {'better' if better else 'worse'} ({numbers})"
