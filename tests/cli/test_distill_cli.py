@@ -62,21 +62,26 @@ def test_distill_cli_exact_summary(app, data, tmp_path):
                 "--attempts", "2", "--limit", "6", "--json", str(summary), "--retries", "0"]
         result = runner.invoke(app, args)
         assert result.exit_code == 0, result.output
-        # first 6 items are spam: 1 attempt each → 6 requests
-        assert len(server.requests) == 6
+        # --limit 6 is a random sample stratified by label: 3 of the 12 spam items and 3 of the 12
+        # ham ones (not the first 6 rows, all spam). Spam: 1 attempt each (right at once) → 3
+        # requests; ham: both attempts unparseable → 6 requests.
+        assert len(server.requests) == 9
         s = json.loads(summary.read_text())
-        assert s["overall"]["survival_rate"] == 1.0 and s["overall"]["n_kept_traces"] == 6
+        assert s["overall"]["n_items"] == 6 and s["overall"]["n_kept_traces"] == 3
+        assert {k: v["n_items"] for k, v in s["per_label"].items()} == {"ham": 3, "spam": 3}
+        assert s["overall"]["survival_rate"] == 0.5
         assert "Trace survival" in result.output
         # a re-run asks nothing; with the direct model's predictions it also bands survival by confidence
-        ids = [f"s{k}" for k in range(6)]
-        probs = np.array([[0.05, 0.95]] * 4 + [[0.35, 0.65]] * 2)  # confidence 0.95 ×4, 0.65 ×2
-        table = predictions_table(ids, ["spam"] * 6, ["spam"] * 6, ["ok"] * 6, SPACE, probs)
+        items = [json.loads(line) for line in out.read_text().splitlines()]  # one line per item: kept or not
+        ids, labels = [r["id"] for r in items], [r["label"] for r in items]
+        probs = np.array([[0.05, 0.95] if y == "spam" else [0.35, 0.65] for y in labels])  # confidence 0.95 / 0.65
+        table = predictions_table(ids, labels, ["spam"] * len(ids), ["ok"] * len(ids), SPACE, probs)
         difficulty = write_predictions(Predictions(table, SPACE), tmp_path / "direct.parquet")
         result = runner.invoke(app, [*args, "--difficulty", str(difficulty)])
         assert result.exit_code == 0, result.output
-        assert len(server.requests) == 6
+        assert len(server.requests) == 9
     banded = json.loads(summary.read_text())["by_confidence"]
-    assert {k: v["n_items"] for k, v in banded.items()} == {"[0.60, 0.70)": 2, "[0.90, 1.00]": 4}
+    assert {k: v["n_items"] for k, v in banded.items()} == {"[0.60, 0.70)": 3, "[0.90, 1.00]": 3}
     assert json.loads((tmp_path / "traces.summary.json").read_text())["overall"] == s["overall"]
 
 

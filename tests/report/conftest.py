@@ -7,6 +7,11 @@
   ``random`` (random_reward, failed), ``distill`` (done, traces.summary.json), ``control`` and
   ``cot_sft`` (done, val), ``cot_rl`` (skipped); analysis/sweep.json, route-grpo.json and
   compare.json; audit.json with a ceiling and its interval;
+* the spam task also has a ``threshold`` arm (SFT + threshold chosen on val, with the
+  recall-matched thresholds of grpo and corpo), analysis/paired.json and the verdict, and the
+  holdout sample's label counts;
+* task ``spam_noisy``: the spam data with 20% of training labels flipped (sft and grpo holdout
+  evaluations), for the label-noise section;
 * task ``movies`` (ordinal 1–5): ``sft``, ``grpo`` and ``corpo`` (partial-credit rewards; corpo's
   holdout shared with grpo), each also evaluated out of domain on ``vader-tweets``; the
   ladder's analysis notes say why there is no sweep and no decomposition.
@@ -35,6 +40,8 @@ from labelrl.evaluate.metrics import classification_metrics
 from labelrl.evaluate.route import route
 from labelrl.evaluate.sweep import sweep
 from labelrl.fileio import append_jsonl, atomic_write_json
+from labelrl.ladder.analysis import paired_comparisons, task_verdict
+from labelrl.ladder.derived import ThresholdConfig, evaluate_threshold_arm
 from labelrl.types import LabelSpace
 
 SPAM = LabelSpace(("ham", "spam"), kind="binary", positive="spam")
@@ -154,6 +161,7 @@ def arm_entry(task: str, arm: str, type_: str, status: str = "done", **extra) ->
 
 def build_spam(run: Path, *, sweep_on: bool, distill: bool) -> dict:
     task = run / "spam"
+    tstate: dict = {}
     atomic_write_json(task / "audit.json", {"n_rows": 300, "ceiling": 0.96, "ceiling_ci": [0.93, 0.99]})
     preds = {arm: make_predictions(SPAM, N_VAL, skill, seed) for arm, skill, seed in
              (("sft", 0.5, 1), ("grpo", 0.45, 2), ("corpo", 0.5, 3), ("control", 0.4, 4), ("cot_sft", 0.3, 5))}
@@ -184,16 +192,36 @@ def build_spam(run: Path, *, sweep_on: bool, distill: bool) -> dict:
         held = {arm: read_predictions(task / "eval" / f"{arm}-holdout.parquet") for arm in ("sft", "control", "cot_sft")}
         atomic_write_json(task / "analysis" / "compare.json",
                           compare_models(held["sft"], held["control"], held["cot_sft"], names=("sft", "control", "cot_sft"), n_boot=40))
+    for arm in ("grpo", "corpo"):
+        arms[arm].update({"from": "sft", "train": {"failed_positive_frac": 0.1}})
+    if sweep_on:  # the derived baseline and the paired comparisons, by the ladder's own writers
+        cfg = ThresholdConfig(out=task / "threshold", parent=task / "sft", n_boot=40)
+        arms["threshold"] = arm_entry("spam", "threshold", "threshold", **{"from": "sft"},
+                                      **evaluate_threshold_arm(task, "threshold", cfg, ["grpo", "corpo"], "spam"))
+        done = {n: a for n, a in arms.items() if a["status"] == "done"}
+        analysis = {"paired": paired_comparisons(task, done, 40)}
+        tstate["verdict"] = task_verdict(done, analysis, {"success_threshold": None})
     if sweep_on:
         val = {arm: read_predictions(task / "eval" / f"{arm}-val.parquet") for arm in ("sft", "grpo", "corpo")}
         grpo_hard = Predictions(val["grpo"].table.drop_columns(["score"]), SPAM, val["grpo"].info)
         result = sweep(val["sft"], compare=[grpo_hard, val["corpo"]])
         atomic_write_json(task / "analysis" / "sweep.json", {**result, "arms": {"base": "sft", "compared": ["grpo", "corpo"]}})
         atomic_write_json(task / "analysis" / "route-grpo.json", {**route(val["sft"], val["grpo"]), "arms": {"a": "sft", "b": "grpo"}})
-    order = ["sft", "grpo", "corpo", "random", "distill", "control", "cot_sft", "cot_rl"]
+    order = ["sft", "grpo", "corpo", "random", "distill", "control", "cot_sft", "cot_rl", "threshold"]
     return {"data": "sms-spam", "kind": "binary", "labels": list(SPAM.labels), "positive_label": "spam",
             "ceiling": 0.96, "ceiling_ci": [0.93, 0.99], "ceiling_source": "duplicates", "ood": [],
-            "arm_order": [a for a in order if a in arms], "arms": arms}
+            "arm_order": [a for a in order if a in arms], "arms": arms, **tstate,
+            "samples": {"holdout": {"split": "holdout", "seed": 0, "limit": 40, "n": 40, "n_split": 120,
+                                    "label_counts": {"ham": 21, "spam": 19}, "split_label_counts": {"ham": 62, "spam": 58}}}}
+
+
+def build_noisy_spam(run: Path) -> dict:
+    """The spam task again with 20% of its training labels flipped (the label-noise section)."""
+    task = run / "spam_noisy"
+    arms = {arm: arm_entry("spam_noisy", arm, type_, holdout=write_eval(task, arm, "holdout", make_predictions(SPAM, 40, skill, 50 + i)))
+            for i, (arm, type_, skill) in enumerate((("sft", "sft", 0.4), ("grpo", "rl", 0.3)))}
+    return {"data": "sms-spam", "kind": "binary", "labels": list(SPAM.labels), "positive_label": "spam", "ood": [],
+            "label_noise": 0.2, "arm_order": list(arms), "arms": arms}
 
 
 def build_movies(run: Path, *, ood: bool, rl: bool) -> dict:
@@ -222,15 +250,17 @@ def build_movies(run: Path, *, ood: bool, rl: bool) -> dict:
 
 
 def build_ladder_run(root: Path, *, sweep: bool = True, distill: bool = True, ood: bool = True,
-                     movies_rl: bool = True) -> Path:
+                     movies_rl: bool = True, noise: bool = True) -> Path:
     """Write the run directory described in the module docstring under ``root/run``; return it.
     ``movies_rl=False`` leaves the movies task with its SFT arm only (fewer figures to draw) and
     no analysis notes (as when the ladder stopped before the task's analyses)."""
     run = root / "run"
     tasks = {"spam": build_spam(run, sweep_on=sweep, distill=distill), "movies": build_movies(run, ood=ood, rl=movies_rl)}
+    if noise:
+        tasks["spam_noisy"] = build_noisy_spam(run)
     (run / "recipe.yaml").write_text("version: 1\nname: synthetic\n", encoding="utf-8")
     atomic_write_json(run / "ladder.json", {"format": 1, "recipe": "synthetic", "run_dir": str(run), "tasks": tasks,
-                                            "task_order": ["spam", "movies"]})
+                                            "task_order": list(tasks)})
     return run
 
 
@@ -243,7 +273,8 @@ def ladder_run(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def bare_run(tmp_path_factory) -> Path:
     """The run without the optional parts: no sweep/route, no distill arms, no OOD, no RL on movies."""
-    return build_ladder_run(tmp_path_factory.mktemp("bare"), sweep=False, distill=False, ood=False, movies_rl=False)
+    return build_ladder_run(tmp_path_factory.mktemp("bare"), sweep=False, distill=False, ood=False, movies_rl=False,
+                            noise=False)
 
 
 @pytest.fixture

@@ -52,8 +52,8 @@ def test_collect_reads_every_part_of_the_ladder_run(ladder_run):
     tasks = {t.name: t for t in run.tasks}
     spam = tasks["spam"]
     arms = {a.name: a for a in spam.arms}
-    assert [t.name for t in run.tasks] == ["spam", "movies"]  # task_order, not the sorted keys
-    assert [a.name for a in spam.arms] == ["sft", "grpo", "corpo", "random", "distill", "control", "cot_sft", "cot_rl"]
+    assert [t.name for t in run.tasks] == ["spam", "movies", "spam_noisy"]  # task_order, not the sorted keys
+    assert [a.name for a in spam.arms] == ["sft", "grpo", "corpo", "random", "distill", "control", "cot_sft", "cot_rl", "threshold"]
     assert (arms["random"].status, arms["random"].error.splitlines()[0]) == ("failed", "ValueError: reward <script>alert(1)</script> broke")
     assert arms["random"].traceback.splitlines() == ["Traceback (most recent call last):", '  File "rl.py", line 3, in step',
                                                      "ValueError: reward <script>alert(1)</script> broke"]

@@ -27,6 +27,7 @@ def run_ladder_command(recipe_source: str | Path, out: Path | None, *, fast: boo
     run_dir = Path(out) if out is not None else Path("runs") / (recipe.name + ("-fast" if fast else ""))
     ladder = Ladder(recipe, run_dir, console)
     state = ladder.run()
+    print_verdicts(state)
     for table in comparison_tables(state):
         console.print(table)
     if report:
@@ -37,6 +38,20 @@ def run_ladder_command(recipe_source: str | Path, out: Path | None, *, fast: boo
         console.print(f"report: {built.html} (and {built.markdown})")
     console.print(f"run files: {ladder.run_dir}")
     return state
+
+
+def print_verdicts(state: dict) -> None:
+    """Each task's verdict lines (labelrl.ladder.analysis.task_verdict), before the tables."""
+    console.rule("verdict")
+    for task_name in state.get("task_order") or list(state["tasks"]):
+        task = state["tasks"][task_name]
+        lines = [v["text"] for v in task.get("verdict") or []]
+        if not lines:
+            note = (task.get("analysis") or {}).get("note") or "no finished RL arm to compare with its SFT parent"
+            lines = [note]
+        console.print(f"[bold]{task_name}[/] ({task.get('data')}):", highlight=False)
+        for line in lines:
+            console.print(f"  • {line}", highlight=False, soft_wrap=False)
 
 
 def _fmt(metrics: dict | None, key: str) -> str:
@@ -85,8 +100,31 @@ def comparison_tables(state: dict) -> list[Table]:
             kind = arm.get("preset") or arm.get("type")
             failed = _fmt(arm.get("train"), "failed_positive_frac") if arm.get("train") else ""
             table.add_row(arm_name if kind == arm_name else f"{arm_name} ({kind})", _status(arm), *cells, *ood, failed)
+            for rl, matched in (arm.get("matched") or {}).items():  # a threshold arm's recall-matched thresholds
+                table.add_row(f"{arm_name} → {rl} recall", "derived", "", *[_fmt(matched.get("holdout"), k) for _, k in columns[1:]],
+                              *["" for _ in task.get("ood", [])], "")
+        for group, values in replicate_means(task, [k for _, k in columns[1:]]).items():
+            table.add_row(f"{group}: mean ± sd", f"{values['n']} seeds", "", *values["cells"], *["" for _ in task.get("ood", [])], "")
         tables.append(table)
     return tables
+
+
+def replicate_means(task: dict, keys: list[str]) -> dict[str, dict]:
+    """Per replicated arm: "mean ± sd" over its seeds of each holdout metric in ``keys``."""
+    import statistics
+
+    runs: dict[str, list[dict]] = {}
+    for arm in task["arms"].values():
+        if arm.get("replicate_of") and arm.get("holdout"):
+            runs.setdefault(arm["replicate_of"], []).append(arm["holdout"])
+    out = {}
+    for group, holdouts in runs.items():
+        cells = []
+        for key in keys:
+            values = [h[key] for h in holdouts if isinstance(h.get(key), (int, float))]
+            cells.append(f"{statistics.mean(values):.3f} ± {statistics.stdev(values):.3f}" if len(values) > 1 else "–")
+        out[group] = {"n": len(holdouts), "cells": cells}
+    return out
 
 
 def register(app: typer.Typer) -> None:

@@ -136,10 +136,9 @@ def paired_comparison(a: Sequence[Predictions], b: Sequence[Predictions], *, nam
     return out
 
 
-def verdict(result: dict, metric: str = "balanced_accuracy") -> str:
-    """Plain words for one metric's paired difference: which arm is better, or "no detectable
-    difference" when the interval covers zero."""
-    a, b = result["names"]
+def verdict_words(result: dict, metric: str = "balanced_accuracy") -> str:
+    """Plain words for one metric's paired difference (B − A): "better", "worse", or "no
+    detectable difference" when the interval covers zero, with the numbers."""
     m = result["metrics"][metric]
     lo, hi = m["ci"] or (float("nan"), float("nan"))
     short = {"balanced_accuracy": "ΔBA", "accuracy": "Δacc", "mean_abs_grade_error": "Δ|err|"}[metric]
@@ -147,6 +146,12 @@ def verdict(result: dict, metric: str = "balanced_accuracy") -> str:
     seeds = "" if runs == [1, 1] else f", {runs[0]} vs {runs[1]} seeds"
     numbers = f"{short} {m['delta']:+.3f} [{lo:+.3f}, {hi:+.3f}] over {result['n']} items{seeds}"
     if not (lo > 0 or hi < 0):
-        return f"{b} vs {a}: no detectable difference ({numbers})"
+        return f"no detectable difference ({numbers})"
     better = (hi < 0) if metric in LOWER_IS_BETTER else (lo > 0)
-    return f"{b} vs {a}: {b} {'better' if better else 'worse'} ({numbers})"
+    return f"{'better' if better else 'worse'} ({numbers})"
+
+
+def verdict(result: dict, metric: str = "balanced_accuracy") -> str:
+    """``"B vs A: " + verdict_words(...)``."""
+    a, b = result["names"]
+    return f"{b} vs {a}: {verdict_words(result, metric)}"

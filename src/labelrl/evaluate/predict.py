@@ -264,6 +264,7 @@ def run_predictions(
         "model_spec": setup.model_spec, "model_fingerprint": setup.model_fingerprint, "method": method,
         "mode": mode, "split": data.split, "split_fingerprint": data.split_fingerprint,
         "splits_dir": str(data.splits_dir), "data": data.options.data, "label_col": data.label_col,
+        "holdout_fingerprint": data.holdout_fingerprint,
         "n": len(data.examples), "seconds": round(time.perf_counter() - started, 3),
     }
     return Predictions(table, data.labels, info)

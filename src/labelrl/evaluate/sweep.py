@@ -137,6 +137,12 @@ def _binary_view(pred: Predictions, rows: list[int], positive: str) -> tuple[np.
     return true_pos, np.array([a is not None and canonical_label(a) == want for a in answers]), np.array([a is not None for a in answers])
 
 
+def operating_point(pred: Predictions, positive: str) -> dict[str, float]:
+    """The positive-label metrics (recall, false-positive rate, …) of a model's hard predictions."""
+    true_pos, pred_pos, parsed = _binary_view(pred, list(range(pred.n)), positive)
+    return hard_metrics(true_pos, pred_pos, parsed)
+
+
 def compare_operating_point(
     scored: Predictions, other: Predictions, positive: str, score: np.ndarray, *, tolerance: float = DEFAULT_TOLERANCE,
     agreement_min: float = DEFAULT_AGREEMENT,

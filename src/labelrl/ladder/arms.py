@@ -23,8 +23,9 @@ from labelrl.ladder.recipe import FAMILY, Recipe, TaskSpec, deep_merge
 # Keys the ladder sets itself; a recipe setting them would silently break the wiring.
 WIRED = {
     "sft": {"out", "traces", "only_ids_from"},
-    "rl": {"out", "model", "random_reward", "resume"},
+    "rl": {"out", "model", "random_reward", "resume", "success_threshold"},
     "distill": {"out", "run_dir", "split", "teacher"},
+    "threshold": {"out", "parent"},
 }
 
 
@@ -34,9 +35,10 @@ class LadderStopped(Exception):
 
 def _config_class(family: str) -> type[BaseModel]:
     from labelrl.distill.run import DistillConfig
+    from labelrl.ladder.derived import ThresholdConfig
     from labelrl.train.config import RLConfig, SFTConfig
 
-    return {"sft": SFTConfig, "rl": RLConfig, "distill": DistillConfig}[family]
+    return {"sft": SFTConfig, "rl": RLConfig, "distill": DistillConfig, "threshold": ThresholdConfig}[family]
 
 
 def arm_config(recipe: Recipe, task_name: str, arm_name: str, run_dir: Path) -> BaseModel:
@@ -55,7 +57,8 @@ def arm_config(recipe: Recipe, task_name: str, arm_name: str, run_dir: Path) -> 
     unknown = sorted(set(options) - set(cls.model_fields))
     if unknown:
         raise ValueError(f"{where}: unknown option(s) {unknown} for a {arm.type} arm; see `labelrl {family} --help`")
-    fields = _wiring(recipe, task, task_dir, arm_name) | {"seed": recipe.seed} | options | _wiring(recipe, task, task_dir, arm_name, forced=True)
+    seed = {"seed": recipe.seed} if "seed" in cls.model_fields else {}
+    fields = _wiring(recipe, task, task_dir, arm_name) | seed | options | _wiring(recipe, task, task_dir, arm_name, forced=True)
     try:
         return cls(**fields)
     except ValidationError as exc:
@@ -69,10 +72,12 @@ def _wiring(recipe: Recipe, task: TaskSpec, task_dir: Path, arm_name: str, *, fo
     arm = task.arms[arm_name]
     family = FAMILY[arm.type]
     parent = task_dir / arm.from_ if arm.from_ else None
+    if family == "threshold":
+        return {"out": task_dir / arm_name, "parent": parent, "n_boot": task.n_boot} if forced else {}
     if family == "distill":
         if not forced:
-            return {k: v for k, v in task.data_options().items() if k in ("data", "label_col", "labels", "rubric", "limit", "split_seed")} | (
-                {"text_col": task.text_col} if task.text_col else {})
+            keys = ("data", "label_col", "labels", "rubric", "limit", "split_seed", "split_ratios")
+            return {k: v for k, v in task.data_options().items() if k in keys} | ({"text_col": task.text_col} if task.text_col else {})
         teacher = str(parent) if parent is not None else str(task_dir / arm.teacher) if arm.teacher in task.arms else arm.teacher
         return {"out": task_dir / arm_name / "traces.jsonl", "run_dir": task_dir, "split": "train", "teacher": teacher}
     if not forced:
@@ -86,6 +91,7 @@ def _wiring(recipe: Recipe, task: TaskSpec, task_dir: Path, arm_name: str, *, fo
     elif family == "rl":
         wired["model"] = str(parent)
         wired["random_reward"] = arm.type == "random_reward"
+        wired["success_threshold"] = task.success_threshold  # one definition of failure for every arm
     return wired
 
 
@@ -157,7 +163,7 @@ def evaluate_arm(task: TaskSpec, task_dir: Path, arm_name: str, mode: str, split
     scored there (e.g. an RL arm whose every group was uniform, so it never updated) shares that
     arm's result, marked ``same_model_as``, instead of looking again; a look of this very arm
     whose report was never written (killed in between) is taken again and marked a repeat."""
-    from labelrl.evaluate.ledger import holdout_records, read_ledger
+    from labelrl.evaluate.ledger import earlier_looks
     from labelrl.evaluate.predict import prepare
     from labelrl.evaluate.run import EvalConfig, evaluate_and_write
 
@@ -172,26 +178,33 @@ def evaluate_arm(task: TaskSpec, task_dir: Path, arm_name: str, mode: str, split
                      **({"data": ood, "mode": mode, "split_seed": task.split_seed} if ood else {}))
     setup = prepare(cfg.run_or_model, cfg.data_options(), split, splits_dir=splits, limit=cfg.limit)
     if split == "holdout":
-        earlier = holdout_records(read_ledger(splits), setup.model_fingerprint, setup.data.split_fingerprint)
+        data = setup.data
+        earlier = earlier_looks(splits, setup.model_fingerprint, data.split_fingerprint, data.holdout_fingerprint)
         arm_dir = (task_dir / arm_name).resolve()
         mine = [r for r in earlier if Path(r["model_spec"]).resolve().is_relative_to(arm_dir)]
-        other = next((Path(r["model_spec"]).resolve() for r in earlier if r not in mine), None)
-        if other is not None and not mine:
-            return _share_evaluation(task_dir, other, arm_name, tag)
-        cfg = cfg.model_copy(update={"allow_repeat_holdout": bool(mine)})
+        shared = next((r for r in earlier if r not in mine and _shareable(r, limit=cfg.limit, n=len(data.examples))), None)
+        if shared is not None and not mine:
+            return _share_evaluation(shared, task_dir, arm_name, tag)
+        cfg = cfg.model_copy(update={"allow_repeat_holdout": bool(earlier)})
     return evaluate_and_write(setup, cfg)
 
 
-def _share_evaluation(task_dir: Path, model_dir: Path, arm_name: str, tag: str) -> dict:
-    """Copy the evaluation of the arm whose model has these exact weights."""
-    source = model_dir.parent.name if model_dir.name == "model" else model_dir.name
-    src_pred, src_report = eval_paths(task_dir, source, tag)
-    if not src_report.is_file():
-        raise ValueError(f"{task_dir / arm_name}: its weights equal those of {model_dir}, whose {tag} evaluation "
-                         f"report {src_report} is missing; evaluate that model first")
-    report = json.loads(src_report.read_text(encoding="utf-8"))
-    report["same_model_as"] = source
+def _shareable(record: dict, *, limit: int | None, n: int) -> bool:
+    """An earlier look whose files are still there and that scored the same number of items."""
+    files = record.get("files") or {}
+    return bool(files.get("predictions") and files.get("report") and Path(files["report"]).is_file()
+                and Path(files["predictions"]).is_file() and (record.get("metrics") or {}).get("n") == n)
+
+
+def _share_evaluation(record: dict, task_dir: Path, arm_name: str, tag: str) -> dict:
+    """Copy the evaluation of the model with these exact weights (another arm of this ladder, or
+    the same model evaluated on this holdout elsewhere), marked ``same_model_as``."""
+    model = Path(record["model_spec"])
+    source = model.parent.name if model.name == "model" else model.name
+    report = json.loads(Path(record["files"]["report"]).read_text(encoding="utf-8"))
+    same_ladder = Path(record["files"]["report"]).resolve().parent == (task_dir / "eval").resolve()
+    report["same_model_as"] = source if same_ladder else str(model)
     predictions, path = eval_paths(task_dir, arm_name, tag)
-    shutil.copyfile(src_pred, predictions)
+    shutil.copyfile(record["files"]["predictions"], predictions)
     atomic_write_json(path, report)
     return report

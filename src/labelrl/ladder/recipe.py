@@ -30,10 +30,12 @@ from pathlib import Path
 from typing import Any, Literal, Optional
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
+
+from labelrl.data.options import parse_ratios
 
 RECIPE_FORMAT = 1
-ARM_TYPES = ("sft", "rl", "random_reward", "distill", "cot_sft", "cot_rl", "control")
+ARM_TYPES = ("sft", "rl", "random_reward", "distill", "cot_sft", "cot_rl", "control", "threshold")
 # What each arm type starts from (its ``from``): None = nothing; a tuple = allowed parent types.
 PARENT_TYPES: dict[str, tuple[str, ...] | None] = {
     "sft": None,
@@ -43,12 +45,16 @@ PARENT_TYPES: dict[str, tuple[str, ...] | None] = {
     "cot_sft": ("distill",),
     "control": ("distill",),
     "cot_rl": ("cot_sft",),
+    "threshold": ("sft", "control"),
 }
 FAMILY = {"sft": "sft", "control": "sft", "cot_sft": "sft", "rl": "rl", "random_reward": "rl", "cot_rl": "rl",
-          "distill": "distill"}
+          "distill": "distill", "threshold": "threshold"}
 # Names an arm may not take: they are files or folders of the task directory.
-RESERVED = {"eval", "analysis", "ood", "splits.json", "ledger.jsonl", "audit.json"}
-DATA_KEYS = ("data", "text_col", "label_col", "labels", "kind", "on_bad_row", "limit", "split_seed", "rubric")
+RESERVED = {"eval", "analysis", "ood", "samples", "splits.json", "ledger.jsonl", "audit.json", "label_noise.json"}
+DATA_KEYS = ("data", "text_col", "label_col", "labels", "kind", "on_bad_row", "limit", "split_seed", "split_ratios",
+             "label_noise", "rubric")
+# Replicate runs are named ARM@sSEED.
+REPLICATE_MARK = "@s"
 
 
 class ArmSpec(BaseModel):
@@ -56,9 +62,11 @@ class ArmSpec(BaseModel):
 
     model_config = ConfigDict(extra="allow", populate_by_name=True)
 
-    type: Literal["sft", "rl", "random_reward", "distill", "cot_sft", "cot_rl", "control"]
+    type: Literal["sft", "rl", "random_reward", "distill", "cot_sft", "cot_rl", "control", "threshold"]
     from_: Optional[str] = Field(None, alias="from")
     teacher: Optional[str] = None
+    seeds: Optional[list[int]] = Field(None, description="Replicates: one run per seed (named ARM@sSEED), overriding the task's seeds.")
+    replicate_of: Optional[str] = Field(None, description="Set by the ladder on a replicate run: the arm it replicates.")
 
     def options(self) -> dict[str, Any]:
         return dict(self.model_extra or {})
@@ -75,17 +83,28 @@ class TaskSpec(BaseModel):
     labels: Optional[str] = None
     kind: Optional[Literal["binary", "categorical", "ordinal"]] = None
     on_bad_row: Literal["error", "skip"] = "error"
-    limit: Optional[int] = Field(None, ge=1)
+    limit: Optional[int] = Field(None, ge=1, description="Training items: a random sample stratified by label, the same for every arm.")
     split_seed: int = 0
+    split_ratios: str = Field("0.8,0.1,0.1", description="Shares of train, val and holdout (e.g. 0.7,0.1,0.2).")
+    label_noise: float = Field(0.0, ge=0, lt=1, description="Flip this share of the training labels (val and holdout untouched).")
     rubric: Optional[Path] = None
     audit: bool = True
-    eval_limit: Optional[int] = Field(None, ge=1, description="Val items scored per arm (all when empty).")
-    holdout_limit: Optional[int] = Field(None, ge=1, description="Holdout items scored per arm (all when empty).")
+    seeds: Optional[list[int]] = Field(None, description="Replicates: every training arm runs once per seed (distill arms once).")
+    success_threshold: Optional[float] = Field(None, description="Reward at or above which a rollout is correct, for every RL arm's diagnostics and the report (default: full credit).")
+    eval_limit: Optional[int] = Field(None, ge=1, description="Val items scored per arm: a random sample stratified by label, the same for every arm (all when empty).")
+    holdout_limit: Optional[int] = Field(None, ge=1, description="Holdout items scored per arm: a random sample stratified by label, the same for every arm (all when empty).")
     ood: list[str] = Field(default_factory=list, description="Other datasets each arm is also scored on (their holdout split).")
     positive_label: Optional[str] = None
     n_boot: int = Field(1000, ge=0)
     defaults: dict[str, dict[str, Any]] = Field(default_factory=dict)
     arms: dict[str, ArmSpec]
+
+    @field_validator("split_ratios", mode="before")
+    @classmethod
+    def _ratios(cls, value: Any) -> Any:
+        text = ",".join(str(v) for v in value) if isinstance(value, (list, tuple)) else value
+        parse_ratios(text)
+        return text
 
     def data_options(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in DATA_KEYS if getattr(self, k) is not None}
@@ -104,6 +123,7 @@ class Recipe(BaseModel):
     defaults: dict[str, dict[str, Any]] = Field(default_factory=dict)
     fast: dict[str, Any] = Field(default_factory=dict, description="Overlay applied by --fast.")
     tasks: dict[str, TaskSpec]
+    _declared_arms: dict[str, dict[str, ArmSpec]] = PrivateAttr(default_factory=dict)
 
     @model_validator(mode="after")
     def _check(self) -> "Recipe":
@@ -115,7 +135,18 @@ class Recipe(BaseModel):
                 raise ValueError(f"{scope}: unknown section(s) {unknown}; use sft, rl or distill")
         for task_name, task in self.tasks.items():
             _check_arms(task_name, task)
+            self._declared_arms[task_name] = dict(task.arms)
+            task.arms = expand_replicates(task_name, task)
         return self
+
+    def as_written(self) -> dict:
+        """The recipe as declared (replicates not expanded, no ``fast`` overlay section), with
+        rubric paths resolved: what a ladder run saves as ``recipe.yaml`` and can be run again."""
+        out = self.model_dump(mode="json", by_alias=True, exclude={"fast"}, exclude_none=True)
+        for task_name, arms in self._declared_arms.items():
+            out["tasks"][task_name]["arms"] = {name: arm.model_dump(mode="json", by_alias=True, exclude_none=True)
+                                               for name, arm in arms.items()}
+        return out
 
 
 def _check_arms(task_name: str, task: TaskSpec) -> None:
@@ -125,6 +156,9 @@ def _check_arms(task_name: str, task: TaskSpec) -> None:
         where = f"tasks.{task_name}.arms.{name}"
         if name in RESERVED or "/" in name or name.startswith("."):
             raise ValueError(f"{where}: {name!r} is not a usable arm name (reserved or a path); rename the arm")
+        if REPLICATE_MARK in name and arm.replicate_of is None:
+            raise ValueError(f"{where}: {REPLICATE_MARK!r} marks replicate runs (ARM@sSEED); rename the arm, and use "
+                             "`seeds: [...]` for replicates")
         parents = PARENT_TYPES[arm.type]
         if parents is None:
             if arm.from_ is not None and arm.type != "distill":
@@ -142,12 +176,76 @@ def _check_arms(task_name: str, task: TaskSpec) -> None:
             raise ValueError(f"tasks.{task_name}.arms.{name}: a distill arm needs `teacher:` (a model or endpoint URL) or `from:` an arm whose model teaches")
 
 
-def dependencies(task: TaskSpec, arm_name: str) -> list[str]:
-    """The arms this arm needs finished first: its ``from``, and a distill arm's teacher arm."""
+def _runs(name: str, arm: ArmSpec, seeds: list[int] | None) -> list[tuple[str, int | None]]:
+    if not seeds:
+        return [(name, None)]
+    if len(set(seeds)) != len(seeds):
+        raise ValueError(f"{name}: seeds {seeds} repeat a seed; give each replicate its own")
+    return [(name, seeds[0])] if len(seeds) == 1 else [(f"{name}{REPLICATE_MARK}{s}", s) for s in seeds]
+
+
+def expand_replicates(task_name: str, task: TaskSpec) -> dict[str, ArmSpec]:
+    """The task's arms as concrete runs: an arm with several seeds (its own ``seeds``, else the
+    task's; never a distill arm) becomes one run per seed, ``ARM@sSEED``, each with that
+    ``seed``. A run's parent is its parent arm's run of the same seed when the parent is
+    replicated, else the parent's single run; a threshold arm follows its parent's seeds.
+    Runs are listed in the recipe's arm order."""
+    runs: dict[str, list[tuple[str, int | None]]] = {}
+    specs: dict[str, list[ArmSpec]] = {}
+    for name in run_order(task):  # parents before children
+        arm, where = task.arms[name], f"tasks.{task_name}.arms.{name}"
+        if arm.replicate_of is not None:  # already concrete (a recipe written by a ladder run)
+            runs[name], specs[name] = [(name, arm.options().get("seed"))], [arm]
+            continue
+        if arm.type == "distill" and arm.seeds:
+            raise ValueError(f"{where}: a distill arm runs once (its teacher samples with its own seeds); drop `seeds`")
+        if arm.type == "distill" and arm.teacher in runs and len(runs[arm.teacher]) > 1:
+            raise ValueError(f"{where}: its teacher {arm.teacher!r} runs once per seed; name one run (e.g. "
+                             f"{runs[arm.teacher][0][0]!r}) as the teacher")
+        seeds = arm.seeds if arm.seeds is not None else (task.seeds if arm.type != "distill" else None)
+        parent = runs.get(arm.from_) if arm.from_ else None
+        if arm.type == "threshold":
+            seeds = [s for _, s in parent] if parent and len(parent) > 1 else None
+        runs[name] = _runs(name, arm, seeds)
+        specs[name] = []
+        for _, seed in runs[name]:
+            extra = dict(arm.options()) | ({"seed": seed} if seed is not None and arm.type != "threshold" else {})
+            fields = {"type": arm.type, "from": _parent_run(where, arm, parent, seed), "teacher": arm.teacher,
+                      "replicate_of": name if len(runs[name]) > 1 else None}
+            specs[name].append(ArmSpec.model_validate(fields | extra))
+    return {run: spec for name in task.arms for (run, _), spec in zip(runs[name], specs[name])}
+
+
+def _parent_run(where: str, arm: ArmSpec, parent: list[tuple[str, int | None]] | None, seed: int | None) -> str | None:
+    if arm.from_ is None or parent is None:
+        return arm.from_
+    if len(parent) == 1:
+        return parent[0][0]
+    match = [run for run, s in parent if s == seed]
+    if not match:
+        seeds = ", ".join(str(s) for _, s in parent)
+        raise ValueError(f"{where}: its parent {arm.from_!r} runs once per seed ({seeds}); give this arm seeds from that "
+                         "list (each replicate starts from the parent's run of the same seed)")
+    return match[0]
+
+
+def requires(task: TaskSpec, arm_name: str) -> list[str]:
+    """The arms this arm cannot run without: its ``from``, and a distill arm's teacher arm."""
     arm = task.arms[arm_name]
     deps = [arm.from_] if arm.from_ else []
     if arm.type == "distill" and arm.teacher in task.arms:
         deps.append(arm.teacher)
+    return deps
+
+
+def dependencies(task: TaskSpec, arm_name: str) -> list[str]:
+    """The arms to finish first: what it ``requires``, and for a threshold arm every RL arm
+    started from the same parent (their val recall picks the recall-matched thresholds; one
+    that failed only drops its own matched threshold)."""
+    deps = requires(task, arm_name)
+    arm = task.arms[arm_name]
+    if arm.type == "threshold":
+        deps += [n for n, other in task.arms.items() if FAMILY[other.type] == "rl" and other.from_ == arm.from_]
     return deps
 
 
@@ -198,7 +296,7 @@ def apply_set(raw: dict, assignment: str) -> dict:
     return deep_merge(raw, overlay)
 
 
-BUILTIN_RECIPES = ("demo", "gpu")
+BUILTIN_RECIPES = ("demo", "gpu", "noise")
 
 
 def recipe_text(source: str | Path) -> tuple[str, str, Path]:

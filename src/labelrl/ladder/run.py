@@ -21,18 +21,12 @@ import yaml
 from rich.console import Console
 
 from labelrl.fileio import RunLock, atomic_write_json, atomic_write_text
-from labelrl.ladder.arms import (
-    LadderStopped,
-    arm_config,
-    eval_paths,
-    evaluate_arm,
-    train_arm,
-)
-from labelrl.ladder.recipe import FAMILY, Recipe, TaskSpec, dependencies, run_order
+from labelrl.ladder.analysis import RL_TYPES, analyse_task
+from labelrl.ladder.arms import LadderStopped, arm_config, evaluate_arm, train_arm
+from labelrl.ladder.recipe import FAMILY, Recipe, TaskSpec, requires, run_order
 
 STATE_FILE = "ladder.json"
 STATE_FORMAT = 1
-RL_TYPES = ("rl", "random_reward", "cot_rl")
 
 
 def read_state(run_dir: Path) -> dict | None:
@@ -66,8 +60,7 @@ class Ladder:
     def run(self) -> dict:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         with RunLock(self.run_dir, "ladder"):
-            atomic_write_text(self.run_dir / "recipe.yaml",
-                              yaml.safe_dump(self.recipe.model_dump(mode="json", by_alias=True, exclude={"fast"}), sort_keys=False))
+            atomic_write_text(self.run_dir / "recipe.yaml", yaml.safe_dump(self.recipe.as_written(), sort_keys=False))
             for task_name, task in self.recipe.tasks.items():
                 self.run_task(task_name, task)
         return self.state
@@ -83,6 +76,7 @@ class Ladder:
         for arm_name in run_order(task):
             self.run_arm(task_name, task, arm_name)
         tstate["analysis"] = analyse_task(task, task_dir, tstate)
+        tstate["verdict"] = tstate["analysis"].get("verdict", [])
         self.save()
 
     def run_arm(self, task_name: str, task: TaskSpec, arm_name: str) -> None:
@@ -93,9 +87,10 @@ class Ladder:
             self.console.print(f"[dim]{task_name}/{arm_name}: done earlier, skipped[/]")
             return
         cfg = self.configs[task_name][arm_name]
-        deps = dependencies(task, arm_name)
+        deps = requires(task, arm_name)
         st.update(type=arm.type, depends_on=deps, dir=f"{task_name}/{arm_name}", config=cfg.model_dump(mode="json"),
-                  error=None, **({"preset": cfg.preset} if FAMILY[arm.type] == "rl" else {}))
+                  error=None, replicate_of=arm.replicate_of, seed=getattr(cfg, "seed", None), **{"from": arm.from_},
+                  **(_rl_fields(cfg) if FAMILY[arm.type] == "rl" else {}))
         blocked = [d for d in deps if arms.get(d, {}).get("status") != "done"]
         if blocked:
             st.update(status="skipped", error=f"depends on arm {blocked[0]!r}, which {arms[blocked[0]]['status']}")
@@ -125,6 +120,9 @@ class Ladder:
     def _train_and_evaluate(self, task: TaskSpec, task_dir: Path, arm_name: str, arm_type: str, cfg, st: dict) -> None:
         from labelrl.evaluate.ledger import summary_metrics
 
+        if FAMILY[arm_type] == "threshold":
+            self._derive(task_dir, arm_name, cfg, st)
+            return
         train_arm(arm_type, cfg, task_dir, self.console)
         if FAMILY[arm_type] == "distill":
             summary = json.loads((task_dir / arm_name / "traces.summary.json").read_text(encoding="utf-8"))
@@ -148,6 +146,32 @@ class Ladder:
             self.save()
 
 
+    def _derive(self, task_dir: Path, arm_name: str, cfg, st: dict) -> None:
+        """A threshold arm: its parent's scores with rules chosen on val (no training, no new look)."""
+        from labelrl.ladder.derived import evaluate_threshold_arm
+
+        tstate = self.state["tasks"][task_dir.name]
+        rl_arms = [n for n, a in tstate["arms"].items()
+                   if a.get("status") == "done" and a.get("type") in RL_TYPES and a.get("from") == cfg.parent.name]
+        st.update(evaluate_threshold_arm(task_dir, arm_name, cfg, rl_arms, tstate.get("positive_label")))
+        self.console.print(f"{arm_name}: {st['rule']['kind']} chosen on val ({st['rule']['chosen_by']}); "
+                           f"holdout balanced accuracy {st['holdout'].get('balanced_accuracy', float('nan')):.3f} "
+                           "(derived from the parent's holdout look, not a new one)")
+
+
+def _rl_fields(cfg) -> dict[str, Any]:
+    """An RL arm's preset and the algorithm it resolves to (what an ablation changes)."""
+    from labelrl.train.presets import resolve_preset
+
+    preset = resolve_preset(cfg.preset, estimator=cfg.estimator, surrogate=cfg.surrogate, aggregation=cfg.aggregation)
+    algorithm = {"estimator": preset.estimator, **{f"estimator.{k}": v for k, v in preset.estimator_options.items()},
+                 "surrogate": preset.surrogate, **{f"surrogate.{k}": v for k, v in preset.surrogate_options.items()},
+                 "aggregation": preset.aggregation, "dynamic_sampling": cfg.dynamic_sampling or preset.dynamic_sampling}
+    if preset.estimator == "corpo":
+        algorithm["estimator.threshold"] = cfg.threshold
+    return {"preset": cfg.preset, "algorithm": algorithm}
+
+
 def rl_training_summary(arm_dir: Path) -> dict[str, Any]:
     """First and last step's mean reward and the run's mean failed-positive fraction."""
     from labelrl import metrics_keys as K
@@ -159,14 +183,17 @@ def rl_training_summary(arm_dir: Path) -> dict[str, Any]:
 
 
 def prepare_task(task: TaskSpec, task_dir: Path, seed: int) -> dict[str, Any]:
-    """Load the data, make or reuse the shared splits, audit once; the task's state fields."""
+    """Load the data, make or reuse the shared splits, audit once, record the samples every arm
+    trains and is scored on (and the flipped labels); the task's state fields."""
     from labelrl.audit import audit_dataset
     from labelrl.data.options import DataOptions
     from labelrl.data.prepare import load_checked_dataset
     from labelrl.data.split import load_or_make_splits
 
-    dataset = load_checked_dataset(DataOptions(**task.data_options()))
-    splits = load_or_make_splits(dataset, task_dir, seed=task.split_seed)
+    options = DataOptions(**task.data_options())
+    dataset = load_checked_dataset(options)
+    splits = load_or_make_splits(dataset, task_dir, seed=task.split_seed, ratios=options.ratios())
+    samples = record_samples(task, dataset, splits, task_dir)
     labels = list(dataset.labels.labels)
     positive = task.positive_label or (labels[-1] if dataset.labels.kind == "binary" else None)
     if positive is not None and positive not in labels:
@@ -176,7 +203,35 @@ def prepare_task(task: TaskSpec, task_dir: Path, seed: int) -> dict[str, Any]:
         atomic_write_json(audit_path, audit_dataset(dataset, splits=splits.ids, n_boot=200, seed=seed, top=0))
     audit = json.loads(audit_path.read_text(encoding="utf-8")) if audit_path.is_file() else None
     return {"data": task.data, "kind": dataset.labels.kind, "labels": labels, "positive_label": positive,
-            "ood": list(task.ood), "splits": splits.sizes(), **label_ceiling(audit)}
+            "ood": list(task.ood), "splits": splits.sizes(), "split_ratios": list(splits.ratios),
+            "label_noise": task.label_noise, "success_threshold": task.success_threshold, "samples": samples,
+            **label_ceiling(audit)}
+
+
+def record_samples(task: TaskSpec, dataset, splits, task_dir: Path) -> dict[str, dict]:
+    """``TASK/samples.json``: per split, the sample every arm uses (``limit``, ``eval_limit``,
+    ``holdout_limit``; labelrl.data.sample) with its label counts next to the whole split's, and
+    ``TASK/label_noise.json`` when training labels are flipped. Returns the counts (no ids)."""
+    from labelrl.data.prepare import LABEL_NOISE_FILE, noise_record
+    from labelrl.data.sample import flip_labels, sample_examples, sample_record
+    from labelrl.data.split import select
+
+    train = select(dataset, splits, "train")
+    if task.label_noise > 0:
+        train, flips = flip_labels(train, dataset.labels.labels, task.label_noise, splits.seed)
+        _write_if_changed(task_dir / LABEL_NOISE_FILE, noise_record(task.label_noise, splits.seed, len(train), flips))
+    records = {}
+    for split, full, limit in (("train", train, task.limit), ("val", select(dataset, splits, "val"), task.eval_limit),
+                               ("holdout", select(dataset, splits, "holdout"), task.holdout_limit)):
+        records[split] = sample_record(split, sample_examples(full, limit, splits.seed), full, seed=splits.seed, limit=limit)
+    _write_if_changed(task_dir / "samples.json", records)
+    return {split: {k: v for k, v in r.items() if k != "ids"} for split, r in records.items()}
+
+
+def _write_if_changed(path: Path, obj: dict) -> None:
+    """Write ``obj`` unless ``path`` already holds it (a re-run touches no finished file)."""
+    if not path.is_file() or json.loads(path.read_text(encoding="utf-8")) != json.loads(json.dumps(obj, default=str)):
+        atomic_write_json(path, obj)
 
 
 def label_ceiling(audit: dict | None) -> dict[str, Any]:
@@ -195,74 +250,3 @@ def label_ceiling(audit: dict | None) -> dict[str, Any]:
     if audit.get("ceiling") is not None:
         return {"ceiling": audit["ceiling"], "ceiling_ci": audit.get("ceiling_ci"), "ceiling_source": "duplicates"}
     return none
-
-
-def analyse_task(task: TaskSpec, task_dir: Path, tstate: dict) -> dict:
-    """Sweep (binary), routing and the distillation decomposition from the evaluation files.
-
-    Each analysis that cannot be made says why in the returned dict instead of failing the task."""
-    order = tstate.get("arm_order") or list(tstate["arms"])
-    arms = {name: tstate["arms"][name] for name in order if tstate["arms"].get(name, {}).get("status") == "done"}
-    base = next((n for n, st in arms.items() if st["type"] == "sft"), None)
-    out: dict[str, Any] = {}
-    if base is None:
-        return {"note": "no finished direct SFT arm: nothing to compare against"}
-    rl_arms = [n for n, st in arms.items() if st["type"] in RL_TYPES]
-    (task_dir / "analysis").mkdir(parents=True, exist_ok=True)
-    for name, make in (("sweep", lambda: _sweep(task_dir, base, rl_arms, tstate)),
-                       ("route", lambda: _routes(task_dir, base, rl_arms)),
-                       ("compare", lambda: _compare(task_dir, base, arms, task.n_boot))):
-        try:
-            out[name] = make()
-        except Exception as exc:  # an analysis that cannot be made is reported, not fatal
-            out[name] = {"error": f"{type(exc).__name__}: {exc}"}
-    return out
-
-
-def _sweep(task_dir: Path, base: str, rl_arms: list[str], tstate: dict) -> dict:
-    from labelrl.evaluate.io import read_predictions
-    from labelrl.evaluate.plots import plot_roc
-    from labelrl.evaluate.sweep import sweep
-
-    if tstate["kind"] != "binary":
-        return {"note": f"{tstate['kind']} labels: the threshold sweep is for binary tasks"}
-    positive = tstate["positive_label"]
-    scored = read_predictions(eval_paths(task_dir, base, "val")[0], positive_label=positive)
-    others = [read_predictions(eval_paths(task_dir, n, "val")[0], positive_label=positive) for n in rl_arms]
-    result = sweep(scored, positive_label=positive, compare=others)
-    result["arms"] = {"base": base, "compared": rl_arms}
-    path = task_dir / "analysis" / "sweep.json"
-    result["plot"] = str(plot_roc(result, path.with_suffix(".roc.png")))
-    atomic_write_json(path, result)
-    return {"file": str(path), "verdicts": {n: c["verdict"] for n, c in zip(rl_arms, result["compared"])}}
-
-
-def _routes(task_dir: Path, base: str, rl_arms: list[str]) -> dict:
-    from labelrl.evaluate.io import read_predictions
-    from labelrl.evaluate.route import route
-
-    audit = task_dir / "audit.json"
-    scored = read_predictions(eval_paths(task_dir, base, "val")[0])
-    files = {}
-    for name in rl_arms:
-        result = route(scored, read_predictions(eval_paths(task_dir, name, "val")[0]), audit=audit if audit.is_file() else None)
-        result["arms"] = {"a": base, "b": name}
-        path = task_dir / "analysis" / f"route-{name}.json"
-        atomic_write_json(path, result)
-        files[name] = str(path)
-    return {"files": files}
-
-
-def _compare(task_dir: Path, base: str, arms: dict, n_boot: int) -> dict:
-    from labelrl.distill.compare import compare_models
-    from labelrl.evaluate.io import read_predictions
-
-    control = next((n for n, st in arms.items() if st["type"] == "control"), None)
-    cot = next((n for n, st in arms.items() if st["type"] == "cot_sft"), None)
-    if control is None or cot is None:
-        return {"note": "needs finished control and cot_sft arms"}
-    preds = [read_predictions(eval_paths(task_dir, n, "holdout")[0]) for n in (base, control, cot)]
-    result = compare_models(*preds, names=[base, control, cot], n_boot=n_boot)
-    path = task_dir / "analysis" / "compare.json"
-    atomic_write_json(path, result)
-    return {"file": str(path), "filter_effect": result["filter_effect"], "objective_effect": result["objective_effect"]}

@@ -6,14 +6,19 @@ assembles the seven sections below as blocks and writes them as ``out/report.htm
 block types and both serialisers. A section whose inputs are absent says so in one line; a
 failed or skipped arm appears in the table with its error or reason.
 
+0. the verdict per task: each RL arm against SFT, SFT + threshold and the recall-matched
+   threshold, paired over items and seeds ("no detectable difference" when the interval covers 0);
 1. comparison table per task: every arm's val / holdout / OOD metrics with 95% intervals, the
-   audit's ceiling, repeat-holdout marks, failed and skipped arms;
+   audit's ceiling, repeat-holdout marks, failed and skipped arms, replicate means over seeds,
+   the threshold arms; the samples every arm used; the paired comparisons with the config keys
+   an ablation changes;
 2. reward, rollout accuracy and balanced accuracy per RL step; SFT val metrics per eval;
 3. completion length, truncation and think closure per step; the truncation tax by length;
 4. skip-rule drift: uniform-group fraction, label share among informative groups vs data;
 5. failed-positive fraction per step for every RL arm, CoRPO's regime shares;
 6. the SFT model's ROC with each RL arm's operating point and verdict; the routing summary;
-7. the distillation decomposition (filter and objective effects) and trace survival.
+7. the distillation decomposition (filter and objective effects) and trace survival;
+8. holdout balanced accuracy against injected training-label noise, per arm.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from typing import Callable
 
 from labelrl import metrics_keys as K
 from labelrl.fileio import atomic_write_text
+from labelrl.report import conclusions as C
 from labelrl.report import figures as F
 from labelrl.report.collect import ArmData, RunData, TaskData, collect_run
 from labelrl.report.render import (Block, FigureSink, Heading, Items, Para, TableBlock, fmt, fmt_ci, to_html,
@@ -32,6 +38,7 @@ from labelrl.report.render import (Block, FigureSink, Heading, Items, Para, Tabl
 __all__ = ["SECTIONS", "ReportResult", "build_report", "collect_run", "report_blocks"]
 
 SECTIONS = (
+    ("verdict", "Verdict"),
     ("comparison", "1. Comparison table"),
     ("curves", "2. Reward and accuracy per step"),
     ("length", "3. Completion length, truncation and think closure"),
@@ -39,8 +46,11 @@ SECTIONS = (
     ("advantages", "5. Failed-positive advantages and CoRPO regimes"),
     ("roc", "6. ROC, operating points and routing"),
     ("distill", "7. Distillation decomposition"),
+    ("noise", "8. Label noise"),
 )
 NOT_RUN = {
+    "verdict": "no task has a finished RL arm and an SFT arm to compare it with (analysis/verdict.json).",
+    "noise": "no two tasks on the same data differ in label_noise.",
     "comparison": "the ladder lists no task.",
     "curves": "no arm logged per-step metrics (metrics.jsonl or sft_metrics.jsonl).",
     "length": "no RL arm logged per-step metrics or rollouts.",
@@ -88,6 +98,8 @@ def _status_note(arm: ArmData) -> str:
         return f"not finished ({arm.status})"
     if arm.type == "distill":
         return "teacher traces: see section 7"
+    if arm.type == "threshold" and arm.rule:
+        return f"no training: {arm.parent}'s scores with a {arm.rule.get('kind')} chosen on val; derived, no new holdout look"
     return ""
 
 
@@ -128,9 +140,13 @@ def comparison(task: TaskData, sink: FigureSink) -> list[Block]:
         for row in _arm_rows(arm, cols):
             rows.append(row)
             classes.append("repeat" if row[3].endswith("REPEAT") else arm.status)
+        rows += C.threshold_rows(arm, [k for k, _ in cols])
+        classes += ["done"] * len(arm.matched)
+    replicated = C.replicate_rows(task, [k for k, _ in cols])
+    rows, classes = rows + replicated, classes + ["done"] * len(replicated)
     columns = ["arm", "type", "status", "split", "n", *[c for _, c in cols], "note"]
     caption = f"{task.name}: {task.data or '?'} ({task.kind or '?'}; labels {', '.join(task.labels) or '?'})"
-    blocks: list[Block] = [TableBlock(columns, rows, caption, classes)]
+    blocks: list[Block] = [TableBlock(columns, rows, caption, classes), *C.samples_table(task), *C.paired_table(task)]
     troubled = [a for a in task.arms if a.status in ("failed", "skipped")]
     if troubled:
         items = [f"{a.name} ({a.status}): {a.error or 'no reason recorded'}"
@@ -190,14 +206,25 @@ def _mean(records: list[dict], key: str) -> float | None:
 
 
 def advantages(task: TaskData, sink: FigureSink) -> list[Block]:
-    """Section 5: failed-positive fraction of every RL arm on one plot, CoRPO regimes, a summary table."""
-    arms = [a for a in task.rl_arms() if _has(a.steps, K.FAILED_POSITIVE_FRAC)]
+    """Section 5: failed-positive fraction of every RL arm recomputed from its rollouts with the
+    task's one threshold (one plot, and by distance from the label), CoRPO regimes, a summary table."""
+    arms = [a for a in task.rl_arms() if _has(a.steps, K.FAILED_POSITIVE_FRAC) or a.failures]
     if not arms:
         return []
-    pairs = [(a.label, a.steps) for a in arms]
-    caption = f"{task.name}: share of failed rollouts given a positive advantage per step, every RL arm"
-    blocks: list[Block] = [sink.image(f"{task.name}-failed-positive", caption,
-                                      _draw(lambda: F.failed_positive_figure(task.name, pairs)))]
+    blocks: list[Block] = []
+    recomputed = [(a.label, a.failures["per_step"]) for a in arms if a.failures]
+    if recomputed:
+        threshold = next(a.failures["threshold"] for a in arms if a.failures)
+        caption = (f"{task.name}: share of failed rollouts (reward < {threshold:g}, the same for every arm) given a "
+                   "positive advantage per step, recomputed from the rollout logs")
+        blocks.append(sink.image(f"{task.name}-failed-positive", caption, _draw(
+            lambda: F.failed_positive_figure(task.name, recomputed, key="frac", threshold=threshold))))
+        blocks.append(_failures_by_distance(task, [a for a in arms if a.failures]))
+    else:
+        pairs = [(a.label, a.steps) for a in arms]
+        caption = f"{task.name}: share of failed rollouts given a positive advantage per step, every RL arm (as logged)"
+        blocks.append(sink.image(f"{task.name}-failed-positive", caption,
+                                 _draw(lambda: F.failed_positive_figure(task.name, pairs))))
     corpo = [(a.label, a.steps) for a in arms if _has(a.steps, K.CORPO_CORRECTNESS_REGIME)]
     if corpo:
         blocks.append(sink.image(f"{task.name}-corpo-regimes", f"{task.name}: share of groups in CoRPO's correctness "
@@ -209,6 +236,18 @@ def advantages(task: TaskData, sink: FigureSink) -> list[Block]:
     blocks.append(TableBlock(["arm", "type", "steps", "mean failed-positive fraction", "failed rollouts with A > 0",
                               "mean correctness-regime share"], rows, f"{task.name}: advantages on failed rollouts"))
     return blocks
+
+
+def _failures_by_distance(task: TaskData, arms: list[ArmData]) -> Block:
+    cats = list(next(iter(a.failures["by_distance"] for a in arms)))
+    rows = []
+    for a in arms:
+        overall, by = a.failures["overall"], a.failures["by_distance"]
+        cells = [f"{fmt(by[c]['frac'])} ({by[c]['n_positive']}/{by[c]['n_failed']})" for c in cats]
+        rows.append([a.name, f"{fmt(overall['frac'])} ({overall['n_positive']}/{overall['n_failed']})", *cells])
+    return TableBlock(["arm", "all failed rollouts", *cats], rows,
+                      f"{task.name}: share of failed rollouts with advantage > 0 (count with A > 0 / failed), "
+                      f"by how far the answer is from the label; failed = reward < {arms[0].failures['threshold']:g}")
 
 
 # ---------------------------------------------------------------- 6. ROC and routing
@@ -314,8 +353,9 @@ def distillation(task: TaskData, sink: FigureSink) -> list[Block]:
 
 # ---------------------------------------------------------------- assembly
 
-BUILDERS = {"comparison": comparison, "curves": curves, "length": lengths, "drift": drift,
+BUILDERS = {"verdict": C.verdict, "comparison": comparison, "curves": curves, "length": lengths, "drift": drift,
             "advantages": advantages, "roc": roc, "distill": distillation}
+RUN_BUILDERS = {"noise": C.noise}  # sections drawn across tasks
 
 
 def report_blocks(run: RunData, sink: FigureSink) -> list[Block]:
@@ -329,7 +369,9 @@ def report_blocks(run: RunData, sink: FigureSink) -> list[Block]:
     for anchor, title in SECTIONS:
         blocks.append(Heading(title, 2, anchor))
         body: list[Block] = []
-        for task in run.tasks:
+        if anchor in RUN_BUILDERS:
+            body = RUN_BUILDERS[anchor](run, sink)
+        for task in run.tasks if anchor in BUILDERS else ():
             part = BUILDERS[anchor](task, sink)
             if part:
                 body += [Heading(f"Task {task.name}", 3)] + part

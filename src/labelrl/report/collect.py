@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -37,7 +38,7 @@ LADDER_FILE = "ladder.json"
 N_LENGTH_BUCKETS = 8
 # The rollout columns the report needs (labelrl.rollout.log.ROLLOUT_SCHEMA names); that module
 # is not imported because its package imports torch.
-ROLLOUT_COLUMNS = ("step", "label", "answer", "reward", "completion_tokens", "truncated", "think_closed")
+ROLLOUT_COLUMNS = ("step", "label", "answer", "reward", "advantage", "completion_tokens", "truncated", "think_closed")
 RL_TYPES = ("rl", "random_reward", "cot_rl")
 TRACEBACK_LINES = 15
 # ladder.json is written with sorted keys; the ladder keeps the run order in task_order and
@@ -68,11 +69,24 @@ class ArmData:
     distill_summary: dict | None = None
     same_model_as: str | None = None  # holdout result shared with this arm (identical weights)
     traceback: str | None = None  # ARM/error.txt of a failed arm
+    replicate_of: str | None = None  # the arm this run replicates (runs named ARM@sSEED)
+    seed: int | None = None
+    parent: str | None = None  # the arm it starts from (``from``)
+    config: dict = field(default_factory=dict)  # the resolved config the ladder ran it with
+    algorithm: dict = field(default_factory=dict)  # RL arms: estimator, surrogate, aggregation, …
+    rule: dict | None = None  # threshold arms: the decision rule chosen on val
+    matched: dict[str, dict] = field(default_factory=dict)  # threshold arms: recall-matched holdout metrics per RL arm
+    failures: dict | None = None  # failed_positive_breakdown() of its rollouts with the task's threshold
 
     @property
     def is_rl(self) -> bool:
         """Trained by RL: it has (or should have) per-step RL metrics."""
         return self.type in RL_TYPES or bool(self.steps)
+
+    @property
+    def group(self) -> str:
+        """The arm this run belongs to (itself unless it is a replicate)."""
+        return self.replicate_of or self.name
 
     @property
     def label(self) -> str:
@@ -100,6 +114,11 @@ class TaskData:
     routes: dict[str, dict] = field(default_factory=dict)  # arm name → route() result
     compare: dict | None = None
     analysis_notes: dict[str, str] = field(default_factory=dict)  # sweep/route/compare → why not made
+    verdict: list[dict] = field(default_factory=list)  # analysis/verdict.json: one entry per RL arm
+    paired: list[dict] = field(default_factory=list)  # analysis/paired.json: paired comparisons
+    samples: dict = field(default_factory=dict)  # per split: the sample's label counts and the split's
+    label_noise: float = 0.0
+    success_threshold: float | None = None  # None: full credit
 
     def rl_arms(self) -> list[ArmData]:
         return [a for a in self.arms if a.is_rl]
@@ -171,6 +190,44 @@ def length_buckets(table: pa.Table, n_buckets: int = N_LENGTH_BUCKETS) -> list[d
     return out
 
 
+def failed_positive_breakdown(table: pa.Table, threshold: float, labels: Sequence[str], kind: str | None) -> dict:
+    """Failed rollouts (reward < ``threshold``) given a positive advantage, recomputed from the
+    rollout log with the task's one threshold, so every arm is judged by the same definition.
+
+    Returns ``overall`` ({n_failed, n_positive, frac}), ``per_step`` ([{step, frac}]) and
+    ``by_distance``: the failed rollouts split by how far the answer is from the label —
+    ordinal tasks: ``one grade off``, ``two or more off``; others: ``wrong label``; and
+    ``unparsed`` — each with its counts (a failure with the right label, e.g. a truncated
+    reasoning, is ``right label, low reward``)."""
+    reward = np.asarray(table.column("reward").to_pylist(), dtype=np.float64)
+    advantage = np.asarray(table.column("advantage").to_pylist(), dtype=np.float64)
+    steps = np.asarray(table.column("step").to_pylist(), dtype=np.int64)
+    failed, positive = reward < threshold, advantage > 0
+    index = {canonical_label(x): i for i, x in enumerate(labels)}
+    truth = [index.get(canonical_label(v)) for v in table.column("label").to_pylist()]
+    answer = [None if a is None else index.get(canonical_label(a)) for a in table.column("answer").to_pylist()]
+    category = np.array([_distance_category(a, t, kind) for a, t in zip(answer, truth)], dtype=object)
+
+    def counts(mask: np.ndarray) -> dict:
+        n, k = int((failed & mask).sum()), int((failed & mask & positive).sum())
+        return {"n_failed": n, "n_positive": k, "frac": k / n if n else None}
+
+    cats = ("one grade off", "two or more off") if kind == "ordinal" else ("wrong label",)
+    return {"threshold": threshold, "overall": counts(np.ones(len(reward), dtype=bool)),
+            "per_step": [{"step": int(s), "frac": counts(steps == s)["frac"]} for s in np.unique(steps)],
+            "by_distance": {c: counts(category == c) for c in (*cats, "unparsed", "right label, low reward")}}
+
+
+def _distance_category(answer: int | None, truth: int | None, kind: str | None) -> str:
+    if answer is None or truth is None:
+        return "unparsed"
+    if answer == truth:
+        return "right label, low reward"
+    if kind != "ordinal":
+        return "wrong label"
+    return "one grade off" if abs(answer - truth) == 1 else "two or more off"
+
+
 def read_rollout_table(arm_dir: Path, problems: list[str]) -> pa.Table | None:
     """The report's columns of every ``rollouts/step_*.parquet`` part; None without a log."""
     parts = sorted((arm_dir / "rollouts").glob("step_*.parquet"))
@@ -183,11 +240,23 @@ def read_rollout_table(arm_dir: Path, problems: list[str]) -> pa.Table | None:
     return pa.concat_tables(tables) if tables else None
 
 
+def _read_json_list(path: Path, problems: list[str]) -> list:
+    """The JSON list in ``path``; [] when absent or unreadable (noted in ``problems``)."""
+    if not path.is_file():
+        return []
+    try:
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError, OSError) as exc:
+        problems.append(f"{path}: unreadable ({exc}); its part of the report is left out")
+        return []
+    return value if isinstance(value, list) else []
+
+
 def _step_records(path: Path, problems: list[str]) -> list[dict]:
     """The records of a metrics JSONL file that carry a step (a torn last line is ignored)."""
     try:
         records = read_jsonl(path)
-    except (UnicodeDecodeError, OSError) as exc:
+    except (UnicodeDecodeError, OSError, ValueError) as exc:
         problems.append(f"{path}: unreadable ({exc}); left out")
         return []
     return [r for r in records if isinstance(r, dict) and K.STEP in r]
@@ -233,7 +302,10 @@ def _read_arm(name: str, entry: dict, task: TaskData, run_dir: Path, problems: l
     arm = ArmData(name=name, type=str(entry.get("type", "?")), status=str(entry.get("status", "pending")),
                   dir=arm_dir, preset=entry.get("preset"), seconds=entry.get("seconds"),
                   error=None if entry.get("error") is None else str(entry["error"]),
-                  depends_on=list(entry.get("depends_on") or []))
+                  depends_on=list(entry.get("depends_on") or []), replicate_of=entry.get("replicate_of"),
+                  seed=entry.get("seed"), parent=entry.get("from"), config=_mapping(entry.get("config")),
+                  algorithm=_mapping(entry.get("algorithm")), rule=entry.get("rule"),
+                  matched={k: v for k, v in _mapping(entry.get("matched")).items() if isinstance(v, dict)})
     _fill_metrics(arm, entry, task, problems)
     arm.steps = _step_records(arm_dir / "metrics.jsonl", problems)
     arm.sft_records = _step_records(arm_dir / "sft_metrics.jsonl", problems)
@@ -241,6 +313,9 @@ def _read_arm(name: str, entry: dict, task: TaskData, run_dir: Path, problems: l
     if rollouts is not None:
         arm.rollout_steps = rollout_step_stats(rollouts)
         arm.length_buckets = length_buckets(rollouts)
+        if rollouts.num_rows and "advantage" in rollouts.column_names:
+            threshold = task.success_threshold if task.success_threshold is not None else arm.config.get("correct_reward", 1.0)
+            arm.failures = failed_positive_breakdown(rollouts, float(threshold), task.labels, task.kind)
     if arm.status == "failed" and (arm_dir / "error.txt").is_file():
         lines = (arm_dir / "error.txt").read_text(encoding="utf-8", errors="replace").strip().splitlines()
         arm.traceback = "\n".join(lines[-TRACEBACK_LINES:])
@@ -270,6 +345,10 @@ def _read_task(name: str, entry: dict, run_dir: Path, problems: list[str]) -> Ta
                     positive_label=entry.get("positive_label"), data=entry.get("data"),
                     ood_names=list(entry.get("ood") or []))
     task.audit = read_json(task.dir / "audit.json", problems)
+    task.label_noise = float(entry.get("label_noise") or 0.0)
+    task.success_threshold = entry.get("success_threshold")
+    task.samples = _mapping(entry.get("samples")) or {
+        k: {x: y for x, y in v.items() if x != "ids"} for k, v in (read_json(task.dir / "samples.json", problems) or {}).items()}
     if "ceiling" in entry:  # the ladder chose it (duplicates, or the raters' split-half estimate)
         task.ceiling, task.ceiling_ci, task.ceiling_source = (entry.get("ceiling"), entry.get("ceiling_ci"),
                                                               entry.get("ceiling_source"))
@@ -284,6 +363,9 @@ def _read_task(name: str, entry: dict, run_dir: Path, problems: list[str]) -> Ta
     analysis = task.dir / "analysis"
     task.sweep = read_json(analysis / "sweep.json", problems)
     task.compare = read_json(analysis / "compare.json", problems)
+    task.verdict = [v for v in (entry.get("verdict") or []) if isinstance(v, dict)]
+    paired = _read_json_list(analysis / "paired.json", problems)
+    task.paired = [c for c in paired if isinstance(c, dict) and isinstance(c.get("result"), dict)]
     for path in sorted(analysis.glob("route-*.json")):
         result = read_json(path, problems)
         if result is not None:

@@ -198,13 +198,16 @@ def skip_drift_figure(arm: str, steps: Sequence[dict], labels: Sequence[str] = (
     return fig
 
 
-def failed_positive_figure(task: str, arms: Sequence[tuple[str, Sequence[dict]]]) -> Figure:
-    """Per step, the share of failed rollouts given a positive advantage, one line per RL arm."""
+def failed_positive_figure(task: str, arms: Sequence[tuple[str, Sequence[dict]]], key: str = K.FAILED_POSITIVE_FRAC,
+                           threshold: float | None = None) -> Figure:
+    """Per step, the share of failed rollouts given a positive advantage, one line per RL arm
+    (``key`` of each step record; failed = reward below ``threshold`` when given)."""
     fig, ax = plt.subplots(figsize=(6.5, 3.8))
     for i, (name, steps) in enumerate(arms):
-        _line(ax, *series(steps, K.FAILED_POSITIVE_FRAC), color=f"C{i}", label=name)
+        _line(ax, *series(steps, key), color=f"C{i}", label=name)
+    failed = f" (failed: reward < {threshold:g})" if threshold is not None else ""
     ax.set(xlabel=STEP_LABEL, ylabel=f"failed rollouts with advantage > 0 {FRACTION}",
-           title=f"{task}: positive advantage on failed rollouts", ylim=(-0.02, 1.02))
+           title=f"{task}: positive advantage on failed rollouts{failed}", ylim=(-0.02, 1.02))
     _legend(ax)
     _integer_x(ax)
     return fig
@@ -222,6 +225,24 @@ def corpo_regime_figure(task: str, arms: Sequence[tuple[str, Sequence[dict]]]) -
            ylim=(-0.02, 1.02))
     _legend(ax)
     _integer_x(ax)
+    return fig
+
+
+def noise_figure(data: str, points: dict[str, Sequence[tuple[float, float, Sequence[float] | None]]]) -> Figure:
+    """Holdout balanced accuracy (with its 95% interval) against the share ε of flipped training
+    labels, one line per arm: ``points[arm] = [(ε, balanced accuracy, [lo, hi] or None), …]``."""
+    fig, ax = plt.subplots(figsize=(6.5, 3.8))
+    rates = sorted({p[0] for pts in points.values() for p in pts})
+    dodge = 0.08 * (min(b - a for a, b in zip(rates, rates[1:])) if len(rates) > 1 else 0.1)  # arms side by side
+    for i, (name, pts) in enumerate(points.items()):
+        pts = sorted(pts)
+        x, y = [p[0] + (i - (len(points) - 1) / 2) * dodge for p in pts], [p[1] for p in pts]
+        lo = [p[1] - p[2][0] if p[2] else 0.0 for p in pts]
+        hi = [p[2][1] - p[1] if p[2] else 0.0 for p in pts]
+        ax.errorbar(x, y, yerr=[lo, hi], marker="o", capsize=3, color=f"C{i}", label=name)
+    ax.set(xlabel="share of training labels flipped, ε (fraction, 0–1)", ylabel=f"holdout balanced accuracy {FRACTION}",
+           title=f"{data}: label noise in training vs holdout balanced accuracy")
+    _legend(ax)
     return fig
 
 

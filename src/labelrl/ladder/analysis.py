@@ -1,0 +1,241 @@
+"""What a task's finished arms add up to, rebuilt from the evaluation files at the end of a task.
+
+* **sweep** (binary tasks): each RL run's val operating point against its parent SFT model's
+  threshold curve (``labelrl.evaluate.sweep``): is it just a threshold on the SFT model?
+* **route**: routing between each RL run and its parent (``labelrl.evaluate.route``).
+* **compare**: the distillation decomposition (sft / control / cot_sft), when those arms ran.
+* **paired**: every RL arm against its SFT parent, against the SFT + val-chosen threshold arm,
+  against the threshold matching its own val recall (binary), and against the other RL arms
+  from the same parent (ablations, with the config keys that differ), paired on the holdout
+  items over items and seeds (``labelrl.evaluate.paired``).
+* **verdict**: one line per RL arm in plain words, built from the above.
+
+Replicate runs (``ARM@sSEED``) are grouped under their arm. Each analysis that cannot be made
+says why in the returned dict instead of failing the task.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable
+
+from labelrl.fileio import atomic_write_json
+from labelrl.ladder.arms import eval_paths
+from labelrl.ladder.derived import matched_name
+
+RL_TYPES = ("rl", "random_reward", "cot_rl")
+SFT_TYPES = ("sft", "control")
+# Config keys that say where a run lives or how it is logged, not what it does.
+UNCOMPARED_KEYS = {"out", "quiet", "report_to", "resume", "stop_after", "checkpoint_every", "seed"}
+
+
+def groups(arms: dict[str, dict]) -> dict[str, list[str]]:
+    """Finished runs by arm (replicates under the arm they replicate), in run order."""
+    out: dict[str, list[str]] = {}
+    for name, st in arms.items():
+        out.setdefault(st.get("replicate_of") or name, []).append(name)
+    return out
+
+
+def analyse_task(task, task_dir: Path, tstate: dict) -> dict:
+    order = tstate.get("arm_order") or list(tstate["arms"])
+    arms = {n: tstate["arms"][n] for n in order if tstate["arms"].get(n, {}).get("status") == "done"}
+    if not any(st["type"] == "sft" for st in arms.values()):
+        return {"note": "no finished direct SFT arm: nothing to compare against"}
+    (task_dir / "analysis").mkdir(parents=True, exist_ok=True)
+    steps: dict[str, Callable[[], Any]] = {
+        "sweep": lambda: _sweeps(task_dir, arms, tstate),
+        "route": lambda: _routes(task_dir, arms),
+        "compare": lambda: _compare(task_dir, arms, task.n_boot),
+        "paired": lambda: paired_comparisons(task_dir, arms, task.n_boot),
+    }
+    out: dict[str, Any] = {}
+    for name, make in steps.items():
+        try:
+            out[name] = make()
+        except Exception as exc:  # an analysis that cannot be made is reported, not fatal
+            out[name] = {"error": f"{type(exc).__name__}: {exc}"}
+    out["verdict"] = task_verdict(arms, out, tstate)
+    atomic_write_json(task_dir / "analysis" / "verdict.json", out["verdict"])
+    return out
+
+
+def _rl_runs_by_parent(arms: dict[str, dict]) -> dict[str, list[str]]:
+    """RL runs by the direct SFT run their answers are set against: their parent when it is a
+    direct SFT run (sft or control), else (e.g. CoT-RL from a CoT-SFT model) the task's direct
+    SFT run of the same seed, or its first one."""
+    direct = [n for n, st in arms.items() if st["type"] == "sft"]
+    by_parent: dict[str, list[str]] = {}
+    for name, st in arms.items():
+        if st["type"] not in RL_TYPES:
+            continue
+        parent = st.get("from")
+        if parent not in arms or arms[parent]["type"] not in SFT_TYPES:
+            same_seed = [n for n in direct if arms[n].get("seed") == st.get("seed")]
+            parent = (same_seed or direct)[0]
+        by_parent.setdefault(parent, []).append(name)
+    return by_parent
+
+
+def _sweeps(task_dir: Path, arms: dict[str, dict], tstate: dict) -> dict:
+    from labelrl.evaluate.io import read_predictions
+    from labelrl.evaluate.plots import plot_roc
+    from labelrl.evaluate.sweep import sweep
+
+    if tstate["kind"] != "binary":
+        return {"note": f"{tstate['kind']} labels: the threshold sweep is for binary tasks"}
+    positive, verdicts, files = tstate["positive_label"], {}, {}
+    for parent, children in _rl_runs_by_parent(arms).items():
+        scored = read_predictions(eval_paths(task_dir, parent, "val")[0], positive_label=positive)
+        if scored.scores() is None:
+            continue
+        others = [read_predictions(eval_paths(task_dir, n, "val")[0], positive_label=positive) for n in children]
+        result = sweep(scored, positive_label=positive, compare=others)
+        result["arms"] = {"base": parent, "compared": children}
+        path = task_dir / "analysis" / ("sweep.json" if not files else f"sweep-{parent}.json")
+        result["plot"] = str(plot_roc(result, path.with_suffix(".roc.png")))
+        atomic_write_json(path, result)
+        files[parent] = str(path)
+        verdicts |= {n: {"verdict": c["verdict"], "reproduced": c["reproduced"], "rests_on": c["verdict_rests_on"],
+                         "item_agreement": c["item_agreement"], "item_agreement_ci": c["item_agreement_ci"],
+                         "base": parent} for n, c in zip(children, result["compared"])}
+    if not files:
+        return {"note": "no RL arm started from a scored (direct) SFT model"}
+    return {"files": files, "file": next(iter(files.values())), "verdicts": verdicts}
+
+
+def _routes(task_dir: Path, arms: dict[str, dict]) -> dict:
+    from labelrl.evaluate.io import read_predictions
+    from labelrl.evaluate.route import route
+
+    audit = task_dir / "audit.json"
+    files = {}
+    for parent, children in _rl_runs_by_parent(arms).items():
+        scored = read_predictions(eval_paths(task_dir, parent, "val")[0])
+        if scored.scores() is None:
+            continue
+        for name in children:
+            result = route(scored, read_predictions(eval_paths(task_dir, name, "val")[0]), audit=audit if audit.is_file() else None)
+            result["arms"] = {"a": parent, "b": name}
+            path = task_dir / "analysis" / f"route-{name}.json"
+            atomic_write_json(path, result)
+            files[name] = str(path)
+    return {"files": files}
+
+
+def _compare(task_dir: Path, arms: dict[str, dict], n_boot: int) -> dict:
+    from labelrl.distill.compare import compare_models
+    from labelrl.evaluate.io import read_predictions
+
+    base = next(n for n, st in arms.items() if st["type"] == "sft")
+    control = next((n for n, st in arms.items() if st["type"] == "control"), None)
+    cot = next((n for n, st in arms.items() if st["type"] == "cot_sft"), None)
+    if control is None or cot is None:
+        return {"note": "needs finished control and cot_sft arms"}
+    preds = [read_predictions(eval_paths(task_dir, n, "holdout")[0]) for n in (base, control, cot)]
+    result = compare_models(*preds, names=[base, control, cot], n_boot=n_boot)
+    result["split"] = "holdout"
+    path = task_dir / "analysis" / "compare.json"
+    atomic_write_json(path, result)
+    return {"file": str(path), "filter_effect": result["filter_effect"], "objective_effect": result["objective_effect"]}
+
+
+# ---------------------------------------------------------------- paired comparisons
+
+
+def config_diff(a: dict, b: dict) -> dict[str, list]:
+    """Resolved config keys (and resolved algorithm knobs) whose values differ: {key: [a, b]}."""
+    def flat(st: dict) -> dict:
+        out = {k: v for k, v in (st.get("config") or {}).items() if k not in UNCOMPARED_KEYS}
+        out.update({f"algorithm.{k}": v for k, v in (st.get("algorithm") or {}).items()})
+        return out
+
+    fa, fb = flat(a), flat(b)
+    return {k: [fa.get(k), fb.get(k)] for k in sorted(set(fa) | set(fb)) if fa.get(k) != fb.get(k) and k != "model"}
+
+
+def _threshold_runs(arms: dict[str, dict], parent_runs: list[str]) -> list[str]:
+    return [n for n, st in arms.items() if st["type"] == "threshold" and st.get("from") in parent_runs]
+
+
+def paired_comparisons(task_dir: Path, arms: dict[str, dict], n_boot: int) -> dict:
+    """Every paired comparison the module docstring lists, saved as ``analysis/paired.json``."""
+    from labelrl.evaluate.io import read_predictions
+    from labelrl.evaluate.paired import paired_comparison, verdict_words
+
+    def preds(names: list[str]) -> list:
+        return [read_predictions(eval_paths(task_dir, n, "holdout")[0]) for n in names]
+
+    grouped = groups(arms)
+    comparisons = []
+
+    def add(kind: str, a: str, b: str, a_runs: list[str], b_runs: list[str], **extra) -> None:
+        """Compare the holdout evaluations named ``a_runs`` (arm ``a``) with ``b_runs`` (arm ``b``)."""
+        result = paired_comparison(preds(a_runs), preds(b_runs), names=(a, b), n_boot=max(n_boot, 1))
+        comparisons.append({"kind": kind, "a": a, "b": b, "a_runs": a_runs, "b_runs": b_runs, **extra, "result": result})
+
+    rl_groups = [g for g, runs in grouped.items() if arms[runs[0]]["type"] in RL_TYPES]
+    for g in rl_groups:
+        runs = grouped[g]
+        parent_runs = list(dict.fromkeys(arms[r]["from"] for r in runs))
+        parent = arms[parent_runs[0]].get("replicate_of") or parent_runs[0]
+        add("vs_sft", parent, g, parent_runs, runs)
+        thresholds = _threshold_runs(arms, parent_runs)
+        if thresholds:
+            t_group = arms[thresholds[0]].get("replicate_of") or thresholds[0]
+            add("vs_threshold", t_group, g, thresholds, runs)
+            matched = [(t, r) for r in runs for t in thresholds if arms[t]["from"] == arms[r]["from"]
+                       and eval_paths(task_dir, matched_name(t, r), "holdout")[0].is_file()]
+            if len(matched) == len(runs):
+                add("vs_recall_matched", f"{t_group} at {g}'s val recall", g, [matched_name(t, r) for t, r in matched], runs)
+    for i, g in enumerate(rl_groups):  # ablations: RL arms from the same parent arm
+        for h in rl_groups[i + 1:]:
+            if {arms[r]["from"] for r in grouped[g]} == {arms[r]["from"] for r in grouped[h]}:
+                add("ablation", g, h, grouped[g], grouped[h], config_diff=config_diff(arms[grouped[g][0]], arms[grouped[h][0]]))
+    path = task_dir / "analysis" / "paired.json"
+    atomic_write_json(path, comparisons)
+    return {"file": str(path), "comparisons": [{k: c[k] for k in ("kind", "a", "b")}
+                                               | {"verdict": c["result"]["verdict"], "words": verdict_words(c["result"])}
+                                               for c in comparisons]}
+
+
+# ---------------------------------------------------------------- the verdict
+
+
+def _sweep_summary(runs: list[str], sweeps: dict) -> str | None:
+    found = [sweeps[r] for r in runs if r in sweeps]
+    if not found:
+        return None
+    if len(found) == 1:
+        return f"operating point {found[0]['verdict']}"
+    reproduced = sum(v["reproduced"] for v in found)
+    return f"operating point reproduced by a threshold on the SFT model in {reproduced} of {len(found)} seeds"
+
+
+def task_verdict(arms: dict[str, dict], analysis: dict, tstate: dict) -> list[dict]:
+    """One entry per RL arm: its paired verdicts against SFT, SFT + threshold and the
+    recall-matched threshold, the sweep's verdict and its failed-positive fraction, and the
+    sentence that says them (``text``)."""
+    grouped = groups(arms)
+    paired = analysis.get("paired") or {}
+    shown = {"vs_sft": "vs {a}", "vs_threshold": "vs {a} (SFT + threshold chosen on val)",
+             "vs_recall_matched": "vs SFT at its own val recall"}
+    by_pair = {(c["kind"], c["b"]): f"{shown[c['kind']].format(a=c['a'])}: {c.get('words') or c['verdict']}"
+               for c in paired.get("comparisons", []) if c["kind"] in shown}
+    sweeps = (analysis.get("sweep") or {}).get("verdicts") or {}
+    threshold_text = tstate.get("success_threshold")
+    out = []
+    for g, runs in grouped.items():
+        if arms[runs[0]]["type"] not in RL_TYPES:
+            continue
+        parts = [by_pair.get((kind, g)) for kind in ("vs_sft", "vs_threshold", "vs_recall_matched")]
+        fp = [arms[r].get("train", {}).get("failed_positive_frac") for r in runs]
+        fp = [v for v in fp if v is not None]
+        failed = (f"failed-positive fraction {sum(fp) / len(fp):.3f} (failed: reward below "
+                  f"{threshold_text if threshold_text is not None else 'full credit'})") if fp else None
+        sweep = _sweep_summary(runs, sweeps)
+        lines = [p for p in parts if p] + [x for x in (sweep, failed) if x]
+        note = "" if paired.get("comparisons") else f"; paired comparisons not made: {paired.get('error') or paired.get('note')}"
+        out.append({"arm": g, "runs": runs, "vs_sft": parts[0], "vs_threshold": parts[1], "vs_recall_matched": parts[2],
+                    "sweep": sweep, "failed_positive": failed, "text": f"{g}: " + "; ".join(lines) + note})
+    return out
