@@ -60,8 +60,9 @@ def _fmt(metrics: dict | None, key: str) -> str:
 
 def _status(arm: dict) -> str:
     status = arm.get("status", "pending")
-    if status == "done" and arm.get("holdout_same_model_as"):
-        return f"= {arm['holdout_same_model_as']}"  # same weights: the holdout result is shared
+    same = arm.get("holdout_same_model_as")
+    if status == "done" and same:  # same weights: the holdout result is shared
+        return "= earlier look" if "/" in same else f"= {same}"
     if status == "done" and arm.get("holdout_repeat"):
         return "REPEAT"
     return status
@@ -79,6 +80,8 @@ def comparison_tables(state: dict) -> list[Table]:
         caption = [f"ceiling 1 − ε from {task['ceiling_source']}"] if task.get("ceiling") is not None else []
         caption.append("failed+: mean share of failed rollouts given a positive advantage, over the RL steps; "
                        "= ARM: same weights as ARM, holdout result shared")
+        caption += [f"{name}: same weights as {arm['holdout_same_model_as']}, whose holdout look it shares"
+                    for name, arm in task["arms"].items() if "/" in (arm.get("holdout_same_model_as") or "")]
         caption += [f"{name}: {arm['status']}: {arm.get('error')}" for name, arm in task["arms"].items()
                     if arm.get("status") in ("failed", "skipped")]
         table = Table(title=f"{task_name}: {task['data']} ({task.get('kind')}), 95% intervals in the report",
