@@ -19,15 +19,21 @@ def test_fast_demo_runs_both_tasks_prints_the_table_and_reruns_for_free(tmp_path
     assert state["task_order"] == ["spam", "movies"]
     assert state["tasks"]["spam"]["ceiling"] > 0.99  # sms-spam's duplicates never disagree
     assert 0.5 < state["tasks"]["movies"]["ceiling"] < 0.95  # 5 grades from ~20 raters
-    for task, arms in (("spam", {"sft", "grpo"}), ("movies", {"sft", "grpo", "corpo"})):
+    for task, arms in (("spam", {"sft", "grpo", "threshold"}), ("movies", {"sft", "grpo", "dr_grpo", "corpo", "threshold"})):
         got = state["tasks"][task]["arms"]
         assert set(got) == arms and {a["status"] for a in got.values()} == {"done"}
         for arm in got.values():
             assert 0.0 <= arm["holdout"]["balanced_accuracy"] <= 1.0
     assert set(state["tasks"]["movies"]["arms"]["corpo"]["ood"]) == {"vader-tweets"}
     assert state["tasks"]["movies"]["arms"]["corpo"]["config"]["threshold"] == 0.75
-    for text in ("ceiling", "sft", "grpo", "corpo", "report.html"):
+    for text in ("ceiling", "sft", "grpo", "dr_grpo", "corpo", "threshold", "report.html"):
         assert text in first.stdout
+    # the verdict comes before the tables, one line per RL arm, paired against SFT and SFT + threshold
+    start = first.stdout.index("─ verdict ─")
+    verdict = first.stdout[start:first.stdout.index("spam: sms-spam", start)]
+    for arm in ("grpo", "dr_grpo", "corpo"):
+        assert f"• {arm}: vs sft:" in verdict
+    assert "(SFT + threshold chosen on val)" in verdict
     assert (tmp_path / "demo" / "report" / "report.html").is_file()
     weights = sorted((tmp_path / "demo" / "spam" / "grpo" / "model").glob("*.safetensors"))[0]
     before = weights.stat().st_mtime_ns

@@ -104,11 +104,16 @@ def test_arms_share_one_split_and_each_model_looks_at_the_holdout_once(ladder_ru
     for name in trained:
         assert (task_dir / name / "splits.json").read_text() == shared
         assert (task_dir / "eval" / f"{name}-val.parquet").is_file() and (task_dir / "eval" / f"{name}-holdout.json").is_file()
-    holdout = [r for r in read_jsonl(task_dir / "ledger.jsonl") if r["split"] == "holdout"]
+    holdout = [r for r in read_jsonl(task_dir / "ledger.jsonl") if r["split"] == "holdout" and not r["derived"]]
     assert not any(r["repeat"] for r in holdout)
-    assert len({r["model_fingerprint"] for r in holdout}) == len(holdout)  # one look per distinct model
+    # one look per distinct model and decision procedure (label-token scores; a direct RL arm's generations)
+    assert len({(r["model_fingerprint"], r["method"]) for r in holdout}) == len(holdout)
+    scores = [r for r in holdout if r["method"] == "scores" or "cot" in r["model_spec"]]
     shared_with = {n: a.get("holdout_same_model_as") for n, a in state["tasks"]["toy"]["arms"].items() if a.get("holdout_same_model_as")}
-    assert len(holdout) + len(shared_with) == len(trained)
+    assert len(scores) + len(shared_with) == len(trained)
+    generated = [n for n, a in state["tasks"]["toy"]["arms"].items() if a.get("holdout_generate")]
+    assert set(generated) == {n for n, a in state["tasks"]["toy"]["arms"].items()
+                              if a["status"] == "done" and a["type"] in ("rl", "random_reward")}
 
 
 def test_analyses_are_built_from_the_evaluation_files(ladder_run):

@@ -84,7 +84,8 @@ def test_run_order_puts_dependencies_first_and_keeps_recipe_order():
 
     order = run_order(Recipe.model_validate(raw).tasks["toy"])
     assert order == ["sft", "d", "cot", "cot_rl", "ctl"]
-    assert run_order(recipe.tasks["movies"]) == ["sft", "grpo", "corpo"]
+    # the threshold arm waits for the RL arms from its parent (their val recall picks its matched thresholds)
+    assert run_order(recipe.tasks["movies"]) == ["sft", "grpo", "dr_grpo", "corpo", "threshold"]
 
 
 def test_overlays_and_set():

@@ -66,12 +66,28 @@ def print_evaluation(report: dict, split: str, console: Console) -> None:
         console.print("[bold yellow]REPEAT holdout evaluation[/]: this model was evaluated on this holdout before; "
                       "this number is not an unbiased estimate and is marked as a repeat in the ledger.")
     written = [files["predictions"]] + [files[k] for k in ("reliability_png", "json") if files.get(k)]
-    console.print(f"wrote {', '.join(written)}; recorded in {files['ledger']}")
+    recorded = f"recorded in {files['ledger']}" if report.get("ledger") else "not recorded (train split: no look at anything held out)"
+    console.print(f"wrote {', '.join(written)}; {recorded}")
+
+
+def print_pass_at_k(report: dict, console: Console) -> None:
+    r = report["pass_at_k"]
+
+    def ci(key: str) -> str:
+        return f" [{r[key][0]:.3f}, {r[key][1]:.3f}]" if r.get(key) else ""
+
+    console.print(f"{r['split']}: {r['n_items']} items × {r['n_samples']} samples at temperature 1, model {r['model_spec']}: "
+                  f"pass@{r['k']} {r['pass_at_k']:.3f}{ci('pass_at_k_ci')}, pass@1 {r['pass_at_1']:.3f}{ci('pass_at_1_ci')}; "
+                  "per label " + ", ".join(f"{k} {v:.3f}" for k, v in r["per_label"].items()), highlight=False)
+    console.print(f"wrote {report['files']['json']}", highlight=False)
 
 
 def run_eval_command(cfg: EvalConfig, console: Console) -> dict:
     report = run_eval(cfg)
-    print_evaluation(report, cfg.split, console)
+    if "pass_at_k" in report:
+        print_pass_at_k(report, console)
+    else:
+        print_evaluation(report, cfg.split, console)
     return report
 
 
@@ -243,6 +259,7 @@ def register(app: typer.Typer) -> None:
         limit: Optional[int] = _opt("limit", "--limit"), n_boot: int = _opt("n_boot", "--n-boot"),
         seed: int = _opt("seed", "--seed"), batch_size: int = _opt("batch_size", "--batch-size"),
         max_new_tokens: Optional[int] = _opt("max_new_tokens", "--max-new-tokens"),
+        pass_at_k: Optional[int] = _opt("pass_at_k", "--pass-at-k"), pass_samples: int = _opt("pass_samples", "--pass-samples"),
     ) -> None:
         values = dict(locals())
         values["text_col"] = values["text_col"] or []

@@ -41,6 +41,7 @@ LEDGER_DIR_ENV = "LABELRL_LEDGER_DIR"
 HOLDOUT = "holdout"
 SUMMARY_METRICS = ("accuracy", "balanced_accuracy", "precision", "recall", "f1", "roc_auc", "pr_auc", "ece",
                    "mean_abs_grade_error", "within_one_accuracy")
+SUMMARY_COUNTS = ("n", "n_unparsed", "n_truncated", "max_new_tokens")
 # Val metrics a run saved while training (sft_summary.json "best"), by our metric name.
 RUN_FILE_METRICS = {"accuracy": "eval/accuracy", "balanced_accuracy": "eval/balanced_accuracy"}
 
@@ -77,22 +78,25 @@ def read_ledger(splits_dir: str | Path) -> list[dict]:
 
 
 def holdout_records(records: Iterable[dict], model_fingerprint: str, split_fingerprint: str,
-                    holdout_fp: str | None = None) -> list[dict]:
+                    holdout_fp: str | None = None, method: str | None = None) -> list[dict]:
     """The holdout *looks* (derived records excluded) of this model on this holdout: the same
-    splits fingerprint, or the same holdout content."""
+    splits fingerprint, or the same holdout content; with ``method``, of that method only (a
+    model's label-token scores and its generated answers are two decision procedures, each
+    looked at once; a record without a method is a scores look)."""
     return [r for r in records if r.get("split") == HOLDOUT and not r.get("derived")
             and r.get("model_fingerprint") == model_fingerprint
+            and (method is None or (r.get("method") or "scores") == method)
             and (r.get("split_fingerprint") == split_fingerprint
                  or (holdout_fp is not None and r.get("holdout_fingerprint") == holdout_fp))]
 
 
 def earlier_looks(splits_dir: str | Path, model_fingerprint: str, split_fingerprint: str,
-                  holdout_fp: str | None = None) -> list[dict]:
+                  holdout_fp: str | None = None, method: str | None = None) -> list[dict]:
     """This model's earlier looks at this holdout, from the splits directory's ledger and the
     holdout's shared ledger (a record in both counts once), oldest first."""
     records = read_ledger(splits_dir) + (read_jsonl(shared_ledger_path(holdout_fp)) if holdout_fp else [])
     seen, out = set(), []
-    for r in holdout_records(records, model_fingerprint, split_fingerprint, holdout_fp):
+    for r in holdout_records(records, model_fingerprint, split_fingerprint, holdout_fp, method):
         key = json.dumps(r, sort_keys=True, default=str)
         if key not in seen:
             seen.add(key)
@@ -101,13 +105,13 @@ def earlier_looks(splits_dir: str | Path, model_fingerprint: str, split_fingerpr
 
 
 def check_holdout(splits_dir: str | Path, model_fingerprint: str, split_fingerprint: str, *, allow_repeat: bool = False,
-                  holdout_fp: str | None = None) -> bool:
+                  holdout_fp: str | None = None, method: str | None = None) -> bool:
     """Whether evaluating this model on this holdout would be a repeat.
 
     Raises ValueError (before anything is predicted) when it would be and ``allow_repeat``
     is False.
     """
-    earlier = earlier_looks(splits_dir, model_fingerprint, split_fingerprint, holdout_fp)
+    earlier = earlier_looks(splits_dir, model_fingerprint, split_fingerprint, holdout_fp, method)
     if earlier and not allow_repeat:
         first = earlier[0]
         ba = first.get("metrics", {}).get("balanced_accuracy")
@@ -125,7 +129,7 @@ def check_holdout(splits_dir: str | Path, model_fingerprint: str, split_fingerpr
 
 def summary_metrics(metrics: dict) -> dict:
     """The scalar metrics (with their intervals) worth keeping in the ledger."""
-    out = {k: metrics[k] for k in ("n", "n_unparsed") if k in metrics}
+    out = {k: metrics[k] for k in SUMMARY_COUNTS if k in metrics}
     for name in SUMMARY_METRICS:
         if name in metrics:
             out[name] = metrics[name]

@@ -137,8 +137,9 @@ def load_eval_data(
     ``limit``, a random sample of the split stratified by label, seeded by the splits' seed
     (``labelrl.data.sample``): every model evaluated on these splits gets the same items.
     """
-    if split not in SPLIT_NAMES[1:]:
-        raise ValueError(f"split {split!r}: evaluate on 'val' or 'holdout' (train is what the model learned from)")
+    if split not in SPLIT_NAMES:
+        raise ValueError(f"split {split!r}: evaluate on 'val' or 'holdout' (or 'train', for scores of the training "
+                         "items, e.g. their difficulty; never a measure of skill)")
     splits_dir = Path(splits_dir)
     dataset = _load(options, options.label_col)
     if (splits_dir / SPLITS_FILE).is_file():
@@ -219,12 +220,17 @@ def default_max_new_tokens(tokenizer, labels: LabelSpace, mode: str) -> int:
     return longest + 8
 
 
+def generation_cap(setup: EvalSetup, max_new_tokens: int | None) -> int:
+    """The token cap of a generated answer: ``max_new_tokens``, else ``default_max_new_tokens``."""
+    return max_new_tokens or default_max_new_tokens(setup.tokenizer, setup.data.labels, setup.data.options.mode)
+
+
 def _generate(setup: EvalSetup, prompts: list[list[int]], batch_size: int, max_new_tokens: int | None) -> tuple[list, list, None]:
     from labelrl.rewards import parse_answer
     from labelrl.rollout import BACKENDS
 
     sampler, tok, data = BACKENDS.get("labelrl"), setup.tokenizer, setup.data
-    cap = max_new_tokens or default_max_new_tokens(tok, data.labels, data.options.mode)
+    cap = generation_cap(setup, max_new_tokens)
     pad = pad_id(tok)
     preds, statuses = [], []
     for start in range(0, len(prompts), batch_size):
@@ -265,6 +271,7 @@ def run_predictions(
         "mode": mode, "split": data.split, "split_fingerprint": data.split_fingerprint,
         "splits_dir": str(data.splits_dir), "data": data.options.data, "label_col": data.label_col,
         "holdout_fingerprint": data.holdout_fingerprint,
+        "max_new_tokens": generation_cap(setup, max_new_tokens) if method == "generate" else None,
         "n": len(data.examples), "seconds": round(time.perf_counter() - started, 3),
     }
     return Predictions(table, data.labels, info)
@@ -324,16 +331,22 @@ def evaluate_split(
 
     data = setup.data
     repeat = False
+    method = method or ("scores" if data.options.mode == "direct" else "generate")
     if data.split == ledger.HOLDOUT:
         repeat = ledger.check_holdout(data.splits_dir, setup.model_fingerprint, data.split_fingerprint,
-                                      allow_repeat=allow_repeat_holdout, holdout_fp=data.holdout_fingerprint)
+                                      allow_repeat=allow_repeat_holdout, holdout_fp=data.holdout_fingerprint, method=method)
     pred = run_predictions(setup, method=method, batch_size=batch_size, max_new_tokens=max_new_tokens)
     metrics = classification_metrics(pred.y_true, pred.y_pred, pred.labels, scores=pred.scores(), n_boot=n_boot, seed=seed)
+    statuses = pred.table.column("parse_status").to_pylist()
+    metrics["n_truncated"] = sum(s == "truncated" for s in statuses)
+    metrics["max_new_tokens"] = pred.info["max_new_tokens"]
+    pred.info["repeat"] = repeat
+    if data.split == "train":  # scores of the training items (difficulty): never a look, never recorded
+        return EvalResult(pred, metrics, {}, repeat)
     extra = {k: pred.info[k] for k in ("method", "label_col", "data", "n")} | (record_extra or {})
     record = ledger.record_evaluation(
         data.splits_dir, split=data.split, model_spec=setup.model_spec, model_fingerprint=setup.model_fingerprint,
         split_fingerprint=data.split_fingerprint, metrics=metrics, repeat=repeat, extra=extra,
         holdout_fp=data.holdout_fingerprint,
     )
-    pred.info["repeat"] = repeat
     return EvalResult(pred, metrics, record, repeat)

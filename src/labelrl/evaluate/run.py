@@ -18,7 +18,7 @@ class EvalConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     run_or_model: str = Field(description="A run directory (its saved model, data config and splits) or a model: a built-in name or a model directory.")
-    split: Literal["val", "holdout"] = Field("val", description="Which split to evaluate on. Holdout evaluations are recorded in the ledger, once per model.")
+    split: Literal["val", "holdout", "train"] = Field("val", description="Which split to evaluate on. Holdout evaluations are recorded in the ledger, once per model (and method); train gives the training items' scores (their difficulty), is never recorded and measures nothing.")
     data: Optional[str] = Field(None, description="Data to evaluate on (default: the run's data config). Built-in name or JSONL/CSV/Parquet file.")
     text_col: list[str] = Field(default_factory=list, description="With --data: text column(s) of the prompt (repeatable).")
     label_col: Optional[str] = Field(None, description="The answer key: any label column (e.g. relabelled vs original labels). With --data it is also the data's label column.")
@@ -38,6 +38,8 @@ class EvalConfig(BaseModel):
     seed: int = Field(0, description="Seed of the bootstrap.")
     batch_size: int = Field(16, ge=1, description="Prompts per forward pass.")
     max_new_tokens: Optional[int] = Field(None, ge=1, description="generate: token cap per answer (default: direct 8 past the longest answer tag, reasoning 256).")
+    pass_at_k: Optional[int] = Field(None, ge=1, description="Instead of scoring, sample --pass-samples answers per item at temperature 1 and report pass@k (unbiased estimator): does the model ever sample the right label in k tries? val or train only.")
+    pass_samples: int = Field(8, ge=1, description="--pass-at-k: answers sampled per item (n ≥ k).")
 
     @model_validator(mode="after")
     def _data_flags_need_data(self) -> "EvalConfig":
@@ -96,9 +98,29 @@ def evaluate_and_write(setup, cfg: EvalConfig) -> dict:
 
 
 def run_eval(cfg: EvalConfig) -> dict:
-    """Load the data and the model ``cfg`` names, then ``evaluate_and_write``; ValueError for bad input."""
+    """Load the data and the model ``cfg`` names, then ``evaluate_and_write`` (or, with
+    ``pass_at_k``, ``pass_at_k_and_write``); ValueError for bad input."""
     from labelrl.evaluate.predict import prepare
 
+    if cfg.pass_at_k is not None and cfg.split == "holdout":
+        raise ValueError("--pass-at-k samples the model many times per item and reports the best of k; run it on "
+                         "--split val (the holdout is for each final model's one look)")
     setup = prepare(cfg.run_or_model, cfg.data_options(), cfg.split, splits_dir=cfg.splits,
                     label_col=cfg.label_col, limit=cfg.limit)
+    if cfg.pass_at_k is not None:
+        return pass_at_k_and_write(setup, cfg)
     return evaluate_and_write(setup, cfg)
+
+
+def pass_at_k_and_write(setup, cfg: EvalConfig) -> dict:
+    """pass@k of a prepared setup (``labelrl.evaluate.passk``), written to ``cfg.json_path`` or
+    ``SPLITS_DIR/eval/NAME-SPLIT-pass.json``; returns ``{"pass_at_k", "files"}``."""
+    from labelrl.evaluate.passk import sample_pass_at_k
+    from labelrl.fileio import atomic_write_json
+
+    result = sample_pass_at_k(setup, k=cfg.pass_at_k, n=cfg.pass_samples, max_new_tokens=cfg.max_new_tokens,
+                              seed=cfg.seed, batch_size=max(1, cfg.batch_size // cfg.pass_samples), n_boot=cfg.n_boot)
+    path = cfg.json_path or beside(default_out(setup, cfg.split), "-pass.json")
+    report = {"pass_at_k": result, "files": {"json": str(path)}}
+    atomic_write_json(path, report)
+    return report

@@ -141,6 +141,9 @@ def train_arm(arm_type: str, cfg: BaseModel, task_dir: Path, console: Console) -
     else:
         from labelrl.distill.run import run_distill_config
 
+        scored = sorted((task_dir / "eval").glob("*-train.parquet"))  # the direct SFT model's train scores
+        if scored and cfg.difficulty is None:  # survival by the SFT model's confidence band
+            cfg = cfg.model_copy(update={"difficulty": scored[0]})
         run_distill_config(cfg)
 
 
@@ -148,13 +151,14 @@ def train_arm(arm_type: str, cfg: BaseModel, task_dir: Path, console: Console) -
 
 
 def eval_paths(task_dir: Path, arm_name: str, tag: str) -> tuple[Path, Path]:
-    """(predictions parquet, metrics JSON) of one evaluation; tag is val, holdout or ood-NAME."""
+    """(predictions parquet, metrics JSON) of one evaluation; tag is val, holdout, train or
+    ood-NAME, with ``-generate`` for a direct arm's generated answers."""
     stem = task_dir / "eval" / f"{arm_name}-{tag}"
     return stem.with_suffix(".parquet"), stem.with_suffix(".json")
 
 
 def evaluate_arm(task: TaskSpec, task_dir: Path, arm_name: str, mode: str, split: str, *,
-                 ood: str | None = None) -> dict:
+                 ood: str | None = None, method: str | None = None, max_new_tokens: int | None = None) -> dict:
     """Evaluate the arm's final model on val, holdout or another dataset's holdout; returns the
     ``run_eval`` report (also saved). A finished evaluation is read back, never redone, so a
     re-run never spends a second holdout look.
@@ -167,19 +171,21 @@ def evaluate_arm(task: TaskSpec, task_dir: Path, arm_name: str, mode: str, split
     from labelrl.evaluate.predict import prepare
     from labelrl.evaluate.run import EvalConfig, evaluate_and_write
 
-    tag = f"ood-{ood}" if ood else split
+    tag = (f"ood-{ood}" if ood else split) + ("-generate" if method == "generate" and mode == "direct" else "")
     predictions, report = eval_paths(task_dir, arm_name, tag)
     if report.is_file():
         return json.loads(report.read_text(encoding="utf-8"))
     splits = task_dir / "ood" / ood if ood else task_dir
     splits.mkdir(parents=True, exist_ok=True)
+    limit = {"val": task.eval_limit, "holdout": task.holdout_limit, "train": task.limit}[split]
     cfg = EvalConfig(run_or_model=str(task_dir / arm_name), split=split, splits=splits, out=predictions, json_path=report,
-                     limit=task.eval_limit if split == "val" else task.holdout_limit, n_boot=task.n_boot,
+                     limit=limit, n_boot=task.n_boot, method=method, max_new_tokens=max_new_tokens,
                      **({"data": ood, "mode": mode, "split_seed": task.split_seed} if ood else {}))
     setup = prepare(cfg.run_or_model, cfg.data_options(), split, splits_dir=splits, limit=cfg.limit)
     if split == "holdout":
         data = setup.data
-        earlier = earlier_looks(splits, setup.model_fingerprint, data.split_fingerprint, data.holdout_fingerprint)
+        look_method = method or ("scores" if mode == "direct" else "generate")
+        earlier = earlier_looks(splits, setup.model_fingerprint, data.split_fingerprint, data.holdout_fingerprint, look_method)
         arm_dir = (task_dir / arm_name).resolve()
         mine = [r for r in earlier if Path(r["model_spec"]).resolve().is_relative_to(arm_dir)]
         shared = next((r for r in earlier if r not in mine and _shareable(r, limit=cfg.limit, n=len(data.examples))), None)

@@ -100,3 +100,36 @@ def evaluate_threshold_arm(task_dir: Path, arm_name: str, cfg: ThresholdConfig, 
             report = _write_derived(task_dir, matched_name(arm_name, rl), "holdout", holdout, matched, cfg.n_boot)
             state["matched"][rl] = {"rule": matched, "holdout": summary_metrics(report["metrics"])}
     return state
+
+
+def rescore_against(task_dir: Path, arm_name: str, split: str, key_name: str, key: dict[str, str], n_boot: int) -> dict:
+    """The arm's ``split`` predictions scored against another answer key (``id → label``), written
+    as ``eval/ARM-SPLIT-key-NAME.*``; the holdout record is derived (the same predictions, no new
+    look). Items the key lacks are left out. Returns the summary metrics (read back on a re-run)."""
+    from labelrl.evaluate.io import Predictions, predictions_table, read_predictions, write_predictions
+    from labelrl.evaluate.ledger import record_evaluation, summary_metrics
+    from labelrl.evaluate.metrics import classification_metrics
+    from labelrl.ladder.arms import eval_paths
+
+    pred_path, report_path = eval_paths(task_dir, arm_name, f"{split}-key-{key_name}")
+    if report_path.is_file():
+        return summary_metrics(json.loads(report_path.read_text(encoding="utf-8"))["metrics"])
+    pred = read_predictions(eval_paths(task_dir, arm_name, split)[0])
+    rows = [i for i, item in enumerate(pred.ids) if item in key and pred.labels.normalise(key[item]) is not None]
+    if not rows:
+        raise ValueError(f"answer key {key_name!r}: none of {arm_name}'s {split} items has a label there; check the column")
+    pred = pred.take(rows)
+    scores = pred.scores()
+    table = predictions_table(pred.ids, [pred.labels.normalise(key[i]) for i in pred.ids], pred.y_pred,
+                              pred.table.column("parse_status").to_pylist(), pred.labels, scores)
+    rescored = Predictions(table, pred.labels, dict(pred.info, answer_key=key_name))
+    metrics = classification_metrics(rescored.y_true, rescored.y_pred, rescored.labels, scores=scores, n_boot=n_boot)
+    write_predictions(rescored, pred_path)
+    info = pred.info
+    record = record_evaluation(
+        task_dir, split=split, model_spec=str(info.get("model_spec")), model_fingerprint=str(info.get("model_fingerprint")),
+        split_fingerprint=str(info.get("split_fingerprint")), metrics=metrics, holdout_fp=info.get("holdout_fingerprint"),
+        derived=True, extra={"method": info.get("method"), "label_col": key_name, "n": rescored.n,
+                             "files": {"predictions": str(pred_path.resolve()), "report": str(report_path.resolve())}})
+    atomic_write_json(report_path, {"metrics": metrics, "info": rescored.info, "ledger": record, "answer_key": key_name})
+    return summary_metrics(metrics)

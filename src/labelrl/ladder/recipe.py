@@ -94,6 +94,12 @@ class TaskSpec(BaseModel):
     eval_limit: Optional[int] = Field(None, ge=1, description="Val items scored per arm: a random sample stratified by label, the same for every arm (all when empty).")
     holdout_limit: Optional[int] = Field(None, ge=1, description="Holdout items scored per arm: a random sample stratified by label, the same for every arm (all when empty).")
     ood: list[str] = Field(default_factory=list, description="Other datasets each arm is also scored on (their holdout split).")
+    eval_max_new_tokens: Optional[int] = Field(None, ge=1, description="Token cap of generated evaluations (default: a reasoning arm's own cap, the one it trained or distilled at).")
+    generate_eval: bool = Field(True, description="Also score direct RL arms by their own greedy generations parsed strictly (what a user without logit access gets).")
+    score_train: Optional[bool] = Field(None, description="Score the training sample with the direct SFT model (difficulty for distillation survival and the ambiguous residue); default: when the task has distill arms.")
+    eval_label_cols: list[str] = Field(default_factory=list, description="Other answer keys (label columns of the data, or a relabel arm's name): every evaluation is also scored against each, from the same predictions.")
+    pass_at_k: Optional[int] = Field(None, ge=1, description="Also report pass@k on val for the SFT and RL arms (k of --pass-samples sampled answers).")
+    pass_samples: int = Field(8, ge=1, description="Answers sampled per val item for pass@k (n ≥ k).")
     positive_label: Optional[str] = None
     n_boot: int = Field(1000, ge=0)
     defaults: dict[str, dict[str, Any]] = Field(default_factory=dict)
@@ -239,13 +245,16 @@ def requires(task: TaskSpec, arm_name: str) -> list[str]:
 
 
 def dependencies(task: TaskSpec, arm_name: str) -> list[str]:
-    """The arms to finish first: what it ``requires``, and for a threshold arm every RL arm
-    started from the same parent (their val recall picks the recall-matched thresholds; one
-    that failed only drops its own matched threshold)."""
+    """The arms to finish first: what it ``requires``; for a threshold arm every RL arm started
+    from the same parent (their val recall picks the recall-matched thresholds; one that failed
+    only drops its own matched threshold); for a distill arm the task's first direct SFT arm
+    (its scores on the training items band the traces' survival by difficulty)."""
     deps = requires(task, arm_name)
     arm = task.arms[arm_name]
     if arm.type == "threshold":
         deps += [n for n, other in task.arms.items() if FAMILY[other.type] == "rl" and other.from_ == arm.from_]
+    if arm.type == "distill" and task.score_train is not False:  # the SFT model's train scores band its survival
+        deps += [n for n, other in task.arms.items() if other.type == "sft"][:1]
     return deps
 
 

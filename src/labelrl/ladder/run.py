@@ -22,7 +22,7 @@ from rich.console import Console
 
 from labelrl.fileio import RunLock, atomic_write_json, atomic_write_text
 from labelrl.ladder.analysis import RL_TYPES, analyse_task
-from labelrl.ladder.arms import LadderStopped, arm_config, evaluate_arm, train_arm
+from labelrl.ladder.arms import LadderStopped, arm_config, train_arm
 from labelrl.ladder.recipe import FAMILY, Recipe, TaskSpec, requires, run_order
 
 STATE_FILE = "ladder.json"
@@ -118,7 +118,7 @@ class Ladder:
         self.save()
 
     def _train_and_evaluate(self, task: TaskSpec, task_dir: Path, arm_name: str, arm_type: str, cfg, st: dict) -> None:
-        from labelrl.evaluate.ledger import summary_metrics
+        from labelrl.ladder.evaluations import evaluate_final
 
         if FAMILY[arm_type] == "threshold":
             self._derive(task_dir, arm_name, cfg, st)
@@ -130,21 +130,7 @@ class Ladder:
             return
         if FAMILY[arm_type] == "rl":
             st["train"] = rl_training_summary(task_dir / arm_name)
-        mode = cfg.mode
-        st["val"] = summary_metrics(evaluate_arm(task, task_dir, arm_name, mode, "val")["metrics"])
-        self.save()
-        holdout = evaluate_arm(task, task_dir, arm_name, mode, "holdout")
-        st["holdout"], st["holdout_repeat"] = summary_metrics(holdout["metrics"]), bool(holdout["ledger"].get("repeat"))
-        if holdout.get("same_model_as"):
-            st["holdout_same_model_as"] = holdout["same_model_as"]
-            self.console.print(f"[yellow]{arm_name}: weights identical to {holdout['same_model_as']}'s (it never updated); "
-                               "holdout result shared, not looked at again[/]")
-        self.save()
-        st["ood"] = {}
-        for name in task.ood:
-            st["ood"][name] = summary_metrics(evaluate_arm(task, task_dir, arm_name, mode, "holdout", ood=name)["metrics"])
-            self.save()
-
+        evaluate_final(task, task_dir, arm_name, arm_type, cfg, self.configs[task_dir.name], st, self.save, self.console)
 
     def _derive(self, task_dir: Path, arm_name: str, cfg, st: dict) -> None:
         """A threshold arm: its parent's scores with rules chosen on val (no training, no new look)."""

@@ -41,6 +41,37 @@ class ClassReward(BaseModel):
     incorrect: Optional[float] = Field(None, description="Reward of a wrong answer when the reference is this class (ordinal: the farthest grade).")
 
 
+def parse_class_rewards(text: str) -> dict[str, ClassReward]:
+    """``"spam=2,ham=1/-0.5"`` → per reference label, the reward of a correct answer and
+    (after ``/``) of a wrong one: steering precision against recall through the reward alone."""
+    out: dict[str, ClassReward] = {}
+    for part in (p.strip() for p in str(text).split(",") if p.strip()):
+        label, sep, values = part.partition("=")
+        try:
+            if not sep or not label.strip():
+                raise ValueError
+            correct, _, incorrect = values.partition("/")
+            out[label.strip()] = ClassReward(correct=float(correct), incorrect=float(incorrect) if incorrect else None)
+        except ValueError:
+            raise ValueError(f"--class-reward {part!r}: write LABEL=CORRECT or LABEL=CORRECT/INCORRECT, comma-separated, "
+                             "e.g. spam=2,ham=1/-0.5") from None
+    return out
+
+
+def read_reward_table(path) -> dict[str, dict[str, float]]:
+    """A K×K reward table ``table[reference][prediction]`` from a YAML or JSON file."""
+    import yaml
+    from pathlib import Path
+
+    path = Path(path)
+    if not path.is_file():
+        raise ValueError(f"--reward-table {path}: no such file; write a YAML mapping reference → prediction → reward")
+    table = yaml.safe_load(path.read_text(encoding="utf-8"))
+    if not isinstance(table, dict) or not all(isinstance(row, dict) for row in table.values()):
+        raise ValueError(f"--reward-table {path}: expected a mapping of reference label → {{prediction label: reward}}")
+    return {str(ref): {str(p): float(r) for p, r in row.items()} for ref, row in table.items()}
+
+
 class RewardScale(BaseModel):
     """Every reward the grader can return, validated once."""
 

@@ -79,6 +79,8 @@ class RLConfig(DataOptions, ModelOptions):
     correct_reward: float = Field(1.0, description="Reward of a correct answer (binary/categorical) or of an exact grade (ordinal).")
     incorrect_reward: float = Field(0.0, description="Reward of a wrong answer (ordinal: the reward of the farthest grade).")
     failure_reward: Optional[float] = Field(None, description="Reward of an unparseable completion (format gate); defaults to --incorrect-reward.")
+    class_reward: Optional[str] = Field(None, description="Per reference label, the reward of a correct answer and after '/' of a wrong one, e.g. 'spam=2,ham=1/-0.5': steers precision against recall through the reward alone.")
+    reward_table: Optional[Path] = Field(None, description="YAML/JSON file with a full reward table reference → prediction → reward (e.g. an asymmetric ordinal table); replaces the correct/incorrect/class rewards.")
     truncation: Literal["zero", "mask", "soft_penalty"] = Field("zero", description="Completions that hit the cap: scored as failure, excluded from the loss, or DAPO's overlong penalty.")
     overlong_cache: int = Field(8, ge=1, description="soft_penalty: the penalty ramps from 0 to −1 over the last N tokens before the cap.")
     parse_mode: Literal["strict", "lenient"] = Field("strict", description="Answer parser; lenient exists only to show what it does to the reward.")

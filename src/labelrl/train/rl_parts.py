@@ -13,7 +13,7 @@ from labelrl import metrics_keys as K
 from labelrl.advantages import compute_advantages
 from labelrl.advantages.diagnostics import uniform_groups
 from labelrl.losses import policy_loss
-from labelrl.rewards.grade import success_threshold
+from labelrl.rewards.grade import parse_class_rewards, read_reward_table, success_threshold
 from labelrl.rewards.reward_fn import RewardConfig, score_completions
 from labelrl.rollout import BACKENDS
 from labelrl.rollout.logprobs import completion_logprobs_shared
@@ -64,6 +64,8 @@ def resolve_algorithm(cfg, labels: LabelSpace, train_labels: list[str] | None = 
         correct=cfg.correct_reward,
         incorrect=cfg.incorrect_reward,
         failure=cfg.failure_reward,
+        per_class=parse_class_rewards(cfg.class_reward) if cfg.class_reward else None,
+        table=read_reward_table(cfg.reward_table) if cfg.reward_table else None,
         truncation=cfg.truncation,
         max_new_tokens=cfg.max_new_tokens,
         cache_tokens=cfg.overlong_cache,

@@ -1,0 +1,129 @@
+"""Every evaluation of a finished arm, in order: val, the holdout once, generated answers of a
+direct RL arm, out-of-domain holdouts, other answer keys, pass@k on val, and the direct SFT
+model's scores on the training sample.
+
+* A reasoning arm is scored with its own generation cap (the cap it trained at, or for a CoT-SFT
+  arm the cap its traces were distilled at) unless the task sets ``eval_max_new_tokens``: a
+  shorter cap would count its truncated answers as wrong.
+* A direct RL arm is also scored by its own greedy generations parsed strictly (``-generate``
+  evaluations): the label-token scores need logit access a deployed generator does not give.
+* Another answer key (``eval_label_cols``) rescores the same predictions against another label
+  column: nothing new is looked at, so its holdout record is derived.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable
+
+from labelrl.ladder.arms import evaluate_arm
+from labelrl.ladder.recipe import FAMILY, TaskSpec
+
+
+def eval_cap(task: TaskSpec, arm_type: str, cfg, configs: dict) -> int | None:
+    """The token cap of the arm's generated evaluations (module docstring); None: the default."""
+    if task.eval_max_new_tokens is not None:
+        return task.eval_max_new_tokens
+    if FAMILY[arm_type] == "rl" and cfg.mode == "reasoning":
+        return cfg.max_new_tokens
+    if arm_type == "cot_sft":
+        parent = next((c for c in configs.values() if getattr(c, "out", None) == Path(cfg.traces)), None)
+        return getattr(parent, "max_new_tokens", None)
+    return None
+
+
+def _look(result: dict, st: dict, key: str, console) -> None:
+    """Record a holdout evaluation's summary and whether it was shared or repeated."""
+    from labelrl.evaluate.ledger import summary_metrics
+
+    st[key] = summary_metrics(result["metrics"])
+    st[f"{key}_repeat"] = bool((result.get("ledger") or {}).get("repeat"))
+    if result.get("same_model_as"):
+        st[f"{key}_same_model_as"] = result["same_model_as"]
+        console.print(f"[yellow]weights identical to {result['same_model_as']}'s: {key} result shared, not looked at again[/]")
+
+
+def evaluate_final(task: TaskSpec, task_dir: Path, arm_name: str, arm_type: str, cfg, configs: dict, st: dict,
+                   save: Callable[[], None], console) -> None:
+    """Run every evaluation of the module docstring the task asks for, saving state after each."""
+    from labelrl.evaluate.ledger import summary_metrics
+
+    mode, cap = cfg.mode, eval_cap(task, arm_type, cfg, configs)
+    st["eval_max_new_tokens"] = cap
+    st["val"] = summary_metrics(evaluate_arm(task, task_dir, arm_name, mode, "val", max_new_tokens=cap)["metrics"])
+    save()
+    _look(evaluate_arm(task, task_dir, arm_name, mode, "holdout", max_new_tokens=cap), st, "holdout", console)
+    save()
+    if FAMILY[arm_type] == "rl" and mode == "direct" and task.generate_eval:
+        st["val_generate"] = summary_metrics(evaluate_arm(task, task_dir, arm_name, mode, "val", method="generate",
+                                                          max_new_tokens=cap)["metrics"])
+        _look(evaluate_arm(task, task_dir, arm_name, mode, "holdout", method="generate", max_new_tokens=cap),
+              st, "holdout_generate", console)
+        save()
+    st["ood"] = {}
+    for name in task.ood:
+        st["ood"][name] = summary_metrics(evaluate_arm(task, task_dir, arm_name, mode, "holdout", ood=name,
+                                                       max_new_tokens=cap)["metrics"])
+        save()
+    if task.eval_label_cols:
+        st["answer_keys"] = answer_keys(task, task_dir, arm_name)
+        save()
+    if task.pass_at_k and FAMILY[arm_type] in ("sft", "rl"):
+        st["pass_at_k"] = pass_at_k(task, task_dir, arm_name, cap)
+        save()
+    if arm_type == "sft" and wants_train_scores(task) and first_direct_sft(task) == (st.get("replicate_of") or arm_name):
+        evaluate_arm(task, task_dir, arm_name, mode, "train")
+        st["train_scores"] = True
+
+
+def wants_train_scores(task: TaskSpec) -> bool:
+    """Score the training sample with the SFT model: asked, or (by default) for distillation."""
+    return task.score_train if task.score_train is not None else any(a.type == "distill" for a in task.arms.values())
+
+
+def first_direct_sft(task: TaskSpec) -> str | None:
+    """The first direct SFT arm of the task (the one whose train scores the analyses use)."""
+    return next(((a.replicate_of or n) for n, a in task.arms.items() if a.type == "sft"), None)
+
+
+def answer_keys(task: TaskSpec, task_dir: Path, arm_name: str) -> dict[str, dict]:
+    """The arm's val and holdout predictions rescored against each of ``task.eval_label_cols``."""
+    from labelrl.ladder.derived import rescore_against
+
+    out: dict[str, dict] = {}
+    for col in task.eval_label_cols:
+        key = answer_key(task, task_dir, col)
+        out[col] = {split: rescore_against(task_dir, arm_name, split, col, key, task.n_boot) for split in ("val", "holdout")}
+    return out
+
+
+def answer_key(task: TaskSpec, task_dir: Path, col: str) -> dict[str, str]:
+    """id → label of another answer key: a relabel arm's final labels, or a label column of the data."""
+    from labelrl.data.load import load_dataset
+
+    relabelled = task_dir / col / "relabelled.jsonl"
+    if col in task.arms and relabelled.is_file():
+        import json
+
+        rows = [json.loads(line) for line in relabelled.read_text(encoding="utf-8").splitlines() if line.strip()]
+        return {str(r["id"]): str(r["label_final"]) for r in rows if r.get("label_final") is not None}
+    dataset = load_dataset(task.data, text_cols=task.text_col, label_col=col, labels=task.labels and task.labels.split(","),
+                           kind=task.kind, on_bad_row="skip")
+    return {ex.id: ex.label for ex in dataset.examples}
+
+
+def pass_at_k(task: TaskSpec, task_dir: Path, arm_name: str, cap: int | None) -> dict:
+    """pass@k of the arm's sampled answers on the val sample (read back on a re-run)."""
+    import json
+
+    from labelrl.evaluate.predict import prepare
+    from labelrl.evaluate.run import EvalConfig, pass_at_k_and_write
+
+    path = task_dir / "eval" / f"{arm_name}-val-pass.json"
+    if not path.is_file():
+        cfg = EvalConfig(run_or_model=str(task_dir / arm_name), split="val", splits=task_dir, json_path=path,
+                         limit=task.eval_limit, n_boot=task.n_boot, pass_at_k=task.pass_at_k,
+                         pass_samples=task.pass_samples, max_new_tokens=cap)
+        pass_at_k_and_write(prepare(cfg.run_or_model, None, "val", splits_dir=task_dir, limit=cfg.limit), cfg)
+    result = json.loads(path.read_text(encoding="utf-8"))["pass_at_k"]
+    return {k: result[k] for k in ("k", "n_samples", "n_items", "pass_at_k", "pass_at_k_ci", "pass_at_1", "pass_at_1_ci")}
