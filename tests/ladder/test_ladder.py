@@ -120,8 +120,13 @@ def test_analyses_are_built_from_the_evaluation_files(ladder_run):
     root, _, state, _ = ladder_run
     analysis = state["tasks"]["toy"]["analysis"]
     sweep = json.loads(Path(analysis["sweep"]["file"]).read_text())
-    assert sweep["arms"] == {"base": "sft", "compared": ["grpo", "corpo", "noise", "cot_rl"]}
-    assert set(analysis["route"]["files"]) == {"grpo", "corpo", "noise", "cot_rl"}
+    answering = ["grpo", "corpo", "noise", "cot", "cot_rl", "control"]  # RL, CoT-SFT and control arms
+    # every arm's val operating point on the SFT ROC, and each SFT → arm cascade's (routed) one
+    assert sweep["arms"] == {"base": "sft", "compared": answering + [f"route → {n}" for n in answering]}
+    assert set(analysis["route"]["files"]) == set(answering)
+    for name in ("grpo", "cot", "route → cot_rl"):
+        assert name in analysis["sweep"]["verdicts"]
+    assert set(analysis["rescore"]["files"]) == {"grpo", "corpo", "noise", "cot_rl"}
     compare = json.loads(Path(analysis["compare"]["file"]).read_text())
     assert [compare["models"][r]["name"] for r in ("direct_all", "direct_survivors", "cot")] == ["sft", "control", "cot"]
 

@@ -37,6 +37,7 @@ from labelrl.distill.reject import survival_summary
 from labelrl.evaluate.io import Predictions, predictions_table, read_predictions, write_predictions
 from labelrl.evaluate.ledger import record_evaluation, summary_metrics
 from labelrl.evaluate.metrics import classification_metrics
+from labelrl.evaluate.passk import summarise as pass_summary
 from labelrl.evaluate.route import route
 from labelrl.evaluate.sweep import sweep
 from labelrl.fileio import append_jsonl, atomic_write_json
@@ -162,7 +163,12 @@ def arm_entry(task: str, arm: str, type_: str, status: str = "done", **extra) ->
 def build_spam(run: Path, *, sweep_on: bool, distill: bool) -> dict:
     task = run / "spam"
     tstate: dict = {}
-    atomic_write_json(task / "audit.json", {"n_rows": 300, "ceiling": 0.96, "ceiling_ci": [0.93, 0.99]})
+    split_noise = {name: {"n_rows": n, "n_duplicate_groups": g, "n_pairs": 2 * g, "disagreement_rate": d,
+                          "disagreement_rate_ci": [0.0, 2 * d], "flip_rate": d / 2, "flip_rate_ci": [0.0, d],
+                          "ceiling": 1 - d / 2, "ceiling_ci": [1 - d, 1.0]}
+                   for name, n, g, d in (("train", 240, 20, 0.05), ("val", 30, 3, 0.0), ("holdout", 30, 2, 0.1))}
+    atomic_write_json(task / "audit.json", {"n_rows": 300, "ceiling": 0.96, "ceiling_ci": [0.93, 0.99],
+                                            "per_split": split_noise, "uniformity": {"p_value": 0.42}})
     preds = {arm: make_predictions(SPAM, N_VAL, skill, seed) for arm, skill, seed in
              (("sft", 0.5, 1), ("grpo", 0.45, 2), ("corpo", 0.5, 3), ("control", 0.4, 4), ("cot_sft", 0.3, 5))}
     arms = {}
@@ -194,6 +200,8 @@ def build_spam(run: Path, *, sweep_on: bool, distill: bool) -> dict:
                           compare_models(held["sft"], held["control"], held["cot_sft"], names=("sft", "control", "cot_sft"), n_boot=40))
     for arm in ("grpo", "corpo"):
         arms[arm].update({"from": "sft", "train": {"failed_positive_frac": 0.1}})
+    for arm, counts in (("sft", [0, 2, 4, 4, 1]), ("grpo", [1, 3, 4, 4, 0])):  # pass@2 of 4 samples on 5 val items
+        arms[arm]["pass_at_k"] = pass_summary(counts, ["ham", "spam", "spam", "ham", "spam"], n=4, k=2, n_boot=50)
     if sweep_on:  # the derived baseline and the paired comparisons, by the ladder's own writers
         cfg = ThresholdConfig(out=task / "threshold", parent=task / "sft", n_boot=40)
         arms["threshold"] = arm_entry("spam", "threshold", "threshold", **{"from": "sft"},

@@ -23,7 +23,8 @@ app = typer.Typer(
 )
 
 # Command modules under labelrl.cli; each defines register(app).
-COMMAND_MODULES = ("data", "train", "audit", "relabel", "ladder", "demo", "evaluate", "export", "distill", "report")
+COMMAND_MODULES = ("data", "train", "audit", "relabel", "ladder", "demo", "evaluate", "export", "distill", "report",
+                   "rescore")
 
 for _name in COMMAND_MODULES:
     importlib.import_module(f"labelrl.cli.{_name}").register(app)

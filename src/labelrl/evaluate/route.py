@@ -168,3 +168,21 @@ def route(a: Predictions, b: Predictions, *, audit: str | Path | None = None, st
         "disagreement": disagreements(conf, disagree, correct_a, correct_b, k, ids, ambiguous),
         "notes": notes,
     }
+
+
+def routed_predictions(a: Predictions, b: Predictions, lo: float, hi: float, *, name: str = "routed") -> Predictions:
+    """The cascade's hard predictions for the band [lo, hi) (hi = 1 included): B's answer where
+    A's confidence falls in the band, A's elsewhere, on the ids both hold."""
+    from labelrl.evaluate.io import predictions_table
+
+    rows_a, rows_b = join_on_id(a, b, "A and B")
+    scores = a.scores()
+    if scores is None:
+        raise ValueError(f"{a.info.get('source', 'A')}: no score column; a cascade routes on A's confidence")
+    conf = scores[rows_a].max(axis=1)
+    routed = _in_band(conf, lo, hi, last=hi >= 1.0)
+    pred_b = _aligned_predictions(a, b, rows_b)
+    answers = [pb if r else a.y_pred[ra] for r, pb, ra in zip(routed, pred_b, rows_a)]
+    status = ["ok" if x is not None else "no_answer" for x in answers]
+    table = predictions_table([a.ids[r] for r in rows_a], [a.y_true[r] for r in rows_a], answers, status, a.labels)
+    return Predictions(table, a.labels, {"source": name, "routed_band": [lo, hi], "routed_share": float(routed.mean())})

@@ -44,10 +44,11 @@ def analyse_task(task, task_dir: Path, tstate: dict) -> dict:
         return {"note": "no finished direct SFT arm: nothing to compare against"}
     (task_dir / "analysis").mkdir(parents=True, exist_ok=True)
     steps: dict[str, Callable[[], Any]] = {
-        "sweep": lambda: _sweeps(task_dir, arms, tstate),
         "route": lambda: _routes(task_dir, arms),
+        "sweep": lambda: _sweeps(task_dir, arms, tstate),
         "compare": lambda: _compare(task_dir, arms, task.n_boot),
         "paired": lambda: paired_comparisons(task_dir, arms, task.n_boot),
+        "rescore": lambda: _rescores(task_dir, arms),
     }
     out: dict[str, Any] = {}
     for name, make in steps.items():
@@ -61,16 +62,17 @@ def analyse_task(task, task_dir: Path, tstate: dict) -> dict:
 
 
 def _rl_runs_by_parent(arms: dict[str, dict]) -> dict[str, list[str]]:
-    """RL runs by the direct SFT run their answers are set against: their parent when it is a
-    direct SFT run (sft or control), else (e.g. CoT-RL from a CoT-SFT model) the task's direct
-    SFT run of the same seed, or its first one."""
+    """RL runs (and the CoT-SFT and control runs) by the direct SFT run their answers are set
+    against: an RL run's parent when it is a direct SFT run (sft or control), else (CoT-RL from a
+    CoT-SFT model, CoT-SFT and control themselves) the task's direct SFT run of the same seed, or
+    its first one."""
     direct = [n for n, st in arms.items() if st["type"] == "sft"]
     by_parent: dict[str, list[str]] = {}
     for name, st in arms.items():
-        if st["type"] not in RL_TYPES:
+        if st["type"] not in (*RL_TYPES, "cot_sft", "control"):
             continue
         parent = st.get("from")
-        if parent not in arms or arms[parent]["type"] not in SFT_TYPES:
+        if st["type"] not in RL_TYPES or parent not in arms or arms[parent]["type"] not in SFT_TYPES:
             same_seed = [n for n in direct if arms[n].get("seed") == st.get("seed")]
             parent = (same_seed or direct)[0]
         by_parent.setdefault(parent, []).append(name)
@@ -90,18 +92,34 @@ def _sweeps(task_dir: Path, arms: dict[str, dict], tstate: dict) -> dict:
         if scored.scores() is None:
             continue
         others = [read_predictions(eval_paths(task_dir, n, "val")[0], positive_label=positive) for n in children]
-        result = sweep(scored, positive_label=positive, compare=others)
-        result["arms"] = {"base": parent, "compared": children}
+        routed = _routed(scored, dict(zip(children, others)), task_dir)  # each cascade's operating point too
+        result = sweep(scored, positive_label=positive, compare=others + list(routed.values()))
+        result["arms"] = {"base": parent, "compared": children + list(routed)}
         path = task_dir / "analysis" / ("sweep.json" if not files else f"sweep-{parent}.json")
         result["plot"] = str(plot_roc(result, path.with_suffix(".roc.png")))
         atomic_write_json(path, result)
         files[parent] = str(path)
         verdicts |= {n: {"verdict": c["verdict"], "reproduced": c["reproduced"], "rests_on": c["verdict_rests_on"],
                          "item_agreement": c["item_agreement"], "item_agreement_ci": c["item_agreement_ci"],
-                         "base": parent} for n, c in zip(children, result["compared"])}
+                         "base": parent} for n, c in zip(result["arms"]["compared"], result["compared"])}
     if not files:
         return {"note": "no RL arm started from a scored (direct) SFT model"}
     return {"files": files, "file": next(iter(files.values())), "verdicts": verdicts}
+
+
+def _routed(scored, children: dict, task_dir: Path) -> dict:
+    """The best cascade SFT → child (from its route file) as hard predictions, per child."""
+    import json
+
+    from labelrl.evaluate.route import routed_predictions
+
+    out = {}
+    for name, pred in children.items():
+        path = task_dir / "analysis" / f"route-{name}.json"
+        if path.is_file():
+            best = json.loads(path.read_text(encoding="utf-8"))["cascade"]["best"]
+            out[f"route → {name}"] = routed_predictions(scored, pred, best["lo"], best["hi"], name=f"route → {name}")
+    return out
 
 
 def _routes(task_dir: Path, arms: dict[str, dict]) -> dict:
@@ -120,6 +138,20 @@ def _routes(task_dir: Path, arms: dict[str, dict]) -> dict:
             path = task_dir / "analysis" / f"route-{name}.json"
             atomic_write_json(path, result)
             files[name] = str(path)
+    return {"files": files}
+
+
+def _rescores(task_dir: Path, arms: dict[str, dict]) -> dict:
+    """Each RL run's logged rollouts re-graded by the lenient parser (labelrl.train.rescore)."""
+    from labelrl.train.rescore import rescore_run
+
+    files = {}
+    for name, st in arms.items():
+        if st["type"] in RL_TYPES:
+            result = rescore_run(task_dir / name, "lenient", write=False)
+            path = task_dir / "analysis" / f"rescore-{name}.json"
+            atomic_write_json(path, result)
+            files[name] = {"file": str(path), "inflation": result["overall"]["inflation"]}
     return {"files": files}
 
 

@@ -18,7 +18,9 @@ failed or skipped arm appears in the table with its error or reason.
 5. failed-positive fraction per step for every RL arm, CoRPO's regime shares;
 6. the SFT model's ROC with each RL arm's operating point and verdict; the routing summary;
 7. the distillation decomposition (filter and objective effects) and trace survival;
-8. holdout balanced accuracy against injected training-label noise, per arm.
+8. holdout balanced accuracy against injected training-label noise, per arm;
+9. the lenient parser's reward inflation on the logged rollouts, and pass@k;
+10. the audit per split.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from typing import Callable
 
 from labelrl import metrics_keys as K
 from labelrl.fileio import atomic_write_text
+from labelrl.report import analyses as A
 from labelrl.report import conclusions as C
 from labelrl.report import figures as F
 from labelrl.report.collect import ArmData, RunData, TaskData, collect_run
@@ -47,10 +50,14 @@ SECTIONS = (
     ("roc", "6. ROC, operating points and routing"),
     ("distill", "7. Distillation decomposition"),
     ("noise", "8. Label noise"),
+    ("parser", "9. Parser and sampling: strict vs lenient, pass@k"),
+    ("labels", "10. The labels: audit per split"),
 )
 NOT_RUN = {
     "verdict": "no task has a finished RL arm and an SFT arm to compare it with (analysis/verdict.json).",
     "noise": "no two tasks on the same data differ in label_noise.",
+    "parser": "no RL arm's rollouts were rescored (analysis/rescore-ARM.json) and no arm has pass@k (task key pass_at_k).",
+    "labels": "no audit.json with a per-split breakdown.",
     "comparison": "the ladder lists no task.",
     "curves": "no arm logged per-step metrics (metrics.jsonl or sft_metrics.jsonl).",
     "length": "no RL arm logged per-step metrics or rollouts.",
@@ -83,6 +90,8 @@ def _draw(fig_fn: Callable[[], object]) -> Callable[[Path], bytes]:
 
 def _metric_columns(task: TaskData) -> list[tuple[str, str]]:
     cols = [("accuracy", "accuracy [95% CI]"), ("balanced_accuracy", "balanced accuracy [95% CI]")]
+    if task.kind == "binary":
+        cols += [("precision", "precision [95% CI]"), ("recall", "recall [95% CI]"), ("f1", "F1 [95% CI]")]
     if task.kind == "ordinal":
         cols += [("mean_abs_grade_error", "mean |grade error| [95% CI]"), ("within_one_accuracy", "within-one [95% CI]")]
     return cols
@@ -110,7 +119,18 @@ def _arm_rows(arm: ArmData, cols: list[tuple[str, str]]) -> list[list[str]]:
                      if arm.holdout_repeat else ("holdout", arm.holdout, "first holdout evaluation"))
         if arm.same_model_as:
             evals[-1] = (*evals[-1][:2], f"weights identical to {arm.same_model_as}'s: its holdout result, not a new look")
+    if arm.holdout_generate:
+        evals += [("val (generated)", arm.val_generate or {}, "greedy generations parsed strictly"),
+                  ("holdout (generated)", arm.holdout_generate, "greedy generations parsed strictly: what a user "
+                   "without logit access gets")]
+    for key, splits in arm.answer_keys.items():
+        evals += [(f"{split} vs {key}", m, f"the same predictions against the answer key {key!r} (derived)")
+                  for split, m in splits.items() if m]
     evals += [(f"OOD {name}", m, "out of domain") for name, m in arm.ood.items()]
+    if arm.eval_max_new_tokens and arm.holdout:
+        truncated = arm.holdout.get("n_truncated")
+        share = f"; {truncated} of {arm.holdout.get('n')} holdout answers truncated" if truncated is not None else ""
+        evals[0] = (*evals[0][:2], f"generated with a cap of {arm.eval_max_new_tokens} tokens{share}")
     note = _status_note(arm) or ("" if evals else "no evaluation recorded")
     evals = evals or [("—", {}, "")]
     kind = arm.type + (f" ({arm.preset})" if arm.preset else "")
@@ -146,7 +166,8 @@ def comparison(task: TaskData, sink: FigureSink) -> list[Block]:
     rows, classes = rows + replicated, classes + ["done"] * len(replicated)
     columns = ["arm", "type", "status", "split", "n", *[c for _, c in cols], "note"]
     caption = f"{task.name}: {task.data or '?'} ({task.kind or '?'}; labels {', '.join(task.labels) or '?'})"
-    blocks: list[Block] = [TableBlock(columns, rows, caption, classes), *C.samples_table(task), *C.paired_table(task)]
+    blocks: list[Block] = [TableBlock(columns, rows, caption, classes), *C.samples_table(task), *C.paired_table(task),
+                           *A.drop_table(task)]
     troubled = [a for a in task.arms if a.status in ("failed", "skipped")]
     if troubled:
         items = [f"{a.name} ({a.status}): {a.error or 'no reason recorded'}"
@@ -177,8 +198,9 @@ def curves(task: TaskData, sink: FigureSink) -> list[Block]:
 
 
 def lengths(task: TaskData, sink: FigureSink) -> list[Block]:
-    """Section 3: per RL arm, length / truncation / think closure per step and by length bucket."""
-    blocks: list[Block] = []
+    """Section 3: per RL arm, length / truncation / think closure per step and by length bucket;
+    the parse-failure curve; for reasoning arms the truncation tax among finished rollouts."""
+    blocks: list[Block] = A.parse_and_tax(task, sink)
     for arm in task.rl_arms():
         name = f"{task.name}-{arm.name}"
         if arm.steps:
@@ -193,11 +215,12 @@ def lengths(task: TaskData, sink: FigureSink) -> list[Block]:
 
 
 def drift(task: TaskData, sink: FigureSink) -> list[Block]:
-    """Section 4: per RL arm, uniform-group fraction and label shares (informative groups vs data)."""
+    """Section 4: per RL arm, uniform-group fraction and label shares (informative groups vs data),
+    the recall per label per step, and the drift to the ambiguous residue."""
     return [sink.image(f"{task.name}-{arm.name}-drift", f"{task.name} / {arm.label}: uniform-group fraction; label "
                        "share among informative groups (solid) vs in the training data (dashed)",
                        _draw(lambda a=arm: F.skip_drift_figure(a.label, a.steps)))
-            for arm in task.rl_arms() if _has(arm.steps, K.UNIFORM_FRAC)]
+            for arm in task.rl_arms() if _has(arm.steps, K.UNIFORM_FRAC)] + A.recall_and_residue(task, sink)
 
 
 def _mean(records: list[dict], key: str) -> float | None:
@@ -260,13 +283,16 @@ def _sweep_blocks(task: TaskData, sink: FigureSink) -> list[Block]:
     blocks: list[Block] = [Para(text), sink.image(f"{task.name}-roc", f"{task.name}: ROC of the SFT model with each RL "
                                                   "arm's operating point (hollow: not reproduced by any threshold)",
                                                   lambda path: F.roc_png(s, path))]
-    rows = [[arm, str(c.get("verdict", "?")), fmt(c.get("threshold"), 4), fmt(c.get("max_metric_difference")),
-             fmt((c.get("compared_metrics") or {}).get("recall")), fmt((c.get("compared_metrics") or {}).get("fpr"))]
+    rows = [[arm, str(c.get("verdict", "?")), str(c.get("verdict_rests_on", "—")),
+             fmt((c.get("compared_metrics") or {}).get("recall")), fmt((c.get("compared_metrics") or {}).get("fpr")),
+             fmt(c.get("recall_matched_threshold"), 4), fmt((c.get("recall_matched_metrics") or {}).get("fpr")),
+             fmt_ci(c.get("item_agreement"), c.get("item_agreement_ci")), fmt(c.get("chance_agreement")),
+             str(c.get("tolerance_text", ""))]
             for c, arm in zip(s.get("compared") or [], F.compared_arms(s))]
     if rows:
-        blocks.append(TableBlock(["arm", "sweep verdict", "closest SFT threshold", "largest metric difference",
-                                  "arm recall", "arm false positive rate"], rows,
-                                 f"{task.name}: is each RL arm a threshold on the SFT model?"))
+        blocks.append(TableBlock(["arm", "sweep verdict", "rests on", "arm recall", "arm FPR", "SFT threshold at that recall",
+                                  "SFT FPR there", "items answered alike [95% CI]", "chance agreement", "tolerance"], rows,
+                                 f"{task.name}: is each arm's (and each cascade's) val operating point a threshold on the SFT model?"))
     return blocks
 
 
@@ -332,8 +358,9 @@ def distillation(task: TaskData, sink: FigureSink) -> list[Block]:
         order += [r for r in models if r not in order]
         rows = [[role, str(models[role].get("name", role)),
                  fmt_ci(models[role].get("balanced_accuracy"), models[role].get("balanced_accuracy_ci"))] for role in order]
-        blocks.append(TableBlock(["role", "arm", "val balanced accuracy [95% CI]"], rows,
-                                 f"{task.name}: matched-data decomposition on the {fmt(c.get('n'), 0)} items all three were evaluated on"))
+        split = c.get("split", "holdout")
+        blocks.append(TableBlock(["role", "arm", f"{split} balanced accuracy [95% CI]"], rows,
+                                 f"{task.name}: matched-data decomposition on the {fmt(c.get('n'), 0)} {split} items all three were evaluated on"))
         filter_effect = fmt_ci(c.get("filter_effect"), c.get("filter_effect_ci"), sign=True)
         objective_effect = fmt_ci(c.get("objective_effect"), c.get("objective_effect_ci"), sign=True)
         blocks.append(Para(f"Filter effect (direct_all − direct_survivors) {filter_effect}; objective effect "
@@ -354,7 +381,8 @@ def distillation(task: TaskData, sink: FigureSink) -> list[Block]:
 # ---------------------------------------------------------------- assembly
 
 BUILDERS = {"verdict": C.verdict, "comparison": comparison, "curves": curves, "length": lengths, "drift": drift,
-            "advantages": advantages, "roc": roc, "distill": distillation}
+            "advantages": advantages, "roc": roc, "distill": distillation, "parser": A.parser_and_sampling,
+            "labels": A.labels}
 RUN_BUILDERS = {"noise": C.noise}  # sections drawn across tasks
 
 

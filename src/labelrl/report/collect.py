@@ -32,13 +32,16 @@ import pyarrow.parquet as pq
 from labelrl import metrics_keys as K
 from labelrl.evaluate.ledger import summary_metrics
 from labelrl.fileio import read_jsonl
+from labelrl.report.rollout_stats import recall_per_step, residue_drift, think_length_tax
 from labelrl.types import canonical_label
 
 LADDER_FILE = "ladder.json"
 N_LENGTH_BUCKETS = 8
 # The rollout columns the report needs (labelrl.rollout.log.ROLLOUT_SCHEMA names); that module
 # is not imported because its package imports torch.
-ROLLOUT_COLUMNS = ("step", "label", "answer", "reward", "advantage", "completion_tokens", "truncated", "think_closed")
+ROLLOUT_COLUMNS = ("step", "prompt_id", "sample_index", "label", "completion", "answer", "reward", "advantage",
+                   "completion_tokens", "truncated", "think_closed", "skipped")
+LOW_CONFIDENCE_SHARE = 0.25  # the SFT model's lowest-confidence quarter of the training sample
 RL_TYPES = ("rl", "random_reward", "cot_rl")
 TRACEBACK_LINES = 15
 # ladder.json is written with sorted keys; the ladder keeps the run order in task_order and
@@ -77,6 +80,15 @@ class ArmData:
     rule: dict | None = None  # threshold arms: the decision rule chosen on val
     matched: dict[str, dict] = field(default_factory=dict)  # threshold arms: recall-matched holdout metrics per RL arm
     failures: dict | None = None  # failed_positive_breakdown() of its rollouts with the task's threshold
+    recall_steps: list[dict] = field(default_factory=list)  # rollout_stats.recall_per_step
+    tax: dict | None = None  # rollout_stats.think_length_tax (reasoning arms)
+    residue: dict | None = None  # rollout_stats.residue_drift
+    rescore: dict | None = None  # analysis/rescore-ARM.json (strict vs lenient parser)
+    val_generate: dict | None = None  # a direct arm's greedy generations, parsed strictly
+    holdout_generate: dict | None = None
+    answer_keys: dict[str, dict] = field(default_factory=dict)  # other answer key → {val, holdout}
+    pass_at_k: dict | None = None
+    eval_max_new_tokens: int | None = None
 
     @property
     def is_rl(self) -> bool:
@@ -119,6 +131,8 @@ class TaskData:
     samples: dict = field(default_factory=dict)  # per split: the sample's label counts and the split's
     label_noise: float = 0.0
     success_threshold: float | None = None  # None: full credit
+    ambiguous: dict[str, set] = field(default_factory=dict)  # kind → item ids (for the residue drift)
+    train_ids: list[str] = field(default_factory=list)  # the training sample
 
     def rl_arms(self) -> list[ArmData]:
         return [a for a in self.arms if a.is_rl]
@@ -240,6 +254,34 @@ def read_rollout_table(arm_dir: Path, problems: list[str]) -> pa.Table | None:
     return pa.concat_tables(tables) if tables else None
 
 
+def ambiguous_items(task: TaskData, problems: list[str]) -> dict[str, set]:
+    """Item ids that are ambiguous, by kind: in a group of conflicting duplicates (audit.json);
+    in the direct SFT model's lowest-confidence quarter of the training sample (its train
+    scores, eval/*-train.parquet); relabelled differently (a relabel arm's output)."""
+    out: dict[str, set] = {}
+    groups = (task.audit or {}).get("conflicting_groups") or []
+    out["conflicting duplicates"] = {str(i) for g in groups if isinstance(g, dict) for i in g.get("ids") or []}
+    scored = sorted((task.dir / "eval").glob("*-train.parquet"))
+    if scored:
+        try:
+            table = pq.read_table(scored[0])
+        except (pa.ArrowInvalid, OSError) as exc:
+            problems.append(f"{scored[0]}: unreadable ({exc}); left out")
+        else:
+            cols = [c for c in table.column_names if c == "score" or c.startswith("score_")]
+            if cols:
+                probs = np.stack([np.asarray(table.column(c).to_pylist(), dtype=np.float64) for c in cols], axis=1)
+                conf = probs.max(axis=1) if len(cols) > 1 else np.maximum(probs[:, 0], 1 - probs[:, 0])
+                cut = np.quantile(conf, LOW_CONFIDENCE_SHARE)
+                ids = table.column("id").to_pylist()
+                out["SFT low confidence"] = {str(i) for i, c in zip(ids, conf) if c <= cut}
+    for path in sorted(task.dir.glob("*/relabelled.jsonl")):
+        for record in read_jsonl(path):
+            if record.get("label_final") is not None and str(record.get("label_final")) != str(record.get("label_original")):
+                out.setdefault("relabel disagrees", set()).add(str(record.get("id")))
+    return out
+
+
 def _read_json_list(path: Path, problems: list[str]) -> list:
     """The JSON list in ``path``; [] when absent or unreadable (noted in ``problems``)."""
     if not path.is_file():
@@ -313,9 +355,18 @@ def _read_arm(name: str, entry: dict, task: TaskData, run_dir: Path, problems: l
     if rollouts is not None:
         arm.rollout_steps = rollout_step_stats(rollouts)
         arm.length_buckets = length_buckets(rollouts)
-        if rollouts.num_rows and "advantage" in rollouts.column_names:
+        if rollouts.num_rows:
             threshold = task.success_threshold if task.success_threshold is not None else arm.config.get("correct_reward", 1.0)
             arm.failures = failed_positive_breakdown(rollouts, float(threshold), task.labels, task.kind)
+            arm.recall_steps = recall_per_step(rollouts, task.labels)
+            arm.residue = residue_drift(rollouts, task.ambiguous, task.train_ids)
+            if arm.config.get("mode") == "reasoning":
+                arm.tax = think_length_tax(rollouts)
+    arm.rescore = read_json(task.dir / "analysis" / f"rescore-{name}.json", problems)
+    for key in ("val_generate", "holdout_generate", "pass_at_k"):
+        setattr(arm, key, _mapping(entry.get(key)) or None)
+    arm.answer_keys = {k: v for k, v in _mapping(entry.get("answer_keys")).items() if isinstance(v, dict)}
+    arm.eval_max_new_tokens = entry.get("eval_max_new_tokens")
     if arm.status == "failed" and (arm_dir / "error.txt").is_file():
         lines = (arm_dir / "error.txt").read_text(encoding="utf-8", errors="replace").strip().splitlines()
         arm.traceback = "\n".join(lines[-TRACEBACK_LINES:])
@@ -347,8 +398,10 @@ def _read_task(name: str, entry: dict, run_dir: Path, problems: list[str]) -> Ta
     task.audit = read_json(task.dir / "audit.json", problems)
     task.label_noise = float(entry.get("label_noise") or 0.0)
     task.success_threshold = entry.get("success_threshold")
-    task.samples = _mapping(entry.get("samples")) or {
-        k: {x: y for x, y in v.items() if x != "ids"} for k, v in (read_json(task.dir / "samples.json", problems) or {}).items()}
+    samples = read_json(task.dir / "samples.json", problems) or {}
+    task.samples = _mapping(entry.get("samples")) or {k: {x: y for x, y in v.items() if x != "ids"} for k, v in samples.items()}
+    task.train_ids = [str(i) for i in _mapping(samples.get("train")).get("ids") or []]
+    task.ambiguous = ambiguous_items(task, problems)
     if "ceiling" in entry:  # the ladder chose it (duplicates, or the raters' split-half estimate)
         task.ceiling, task.ceiling_ci, task.ceiling_source = (entry.get("ceiling"), entry.get("ceiling_ci"),
                                                               entry.get("ceiling_source"))

@@ -301,3 +301,67 @@ def cascade_png(route: dict, path: str | Path) -> bytes:
     """``labelrl.evaluate.plots.plot_cascade`` of one route-ARM.json result."""
     with closing_on_error():
         return Path(plot_cascade(route, path)).read_bytes()
+
+
+def arm_lines_figure(task: str, arms: Sequence[tuple[str, Sequence[dict]]], key: str, ylabel: str, title: str,
+                     ylim: tuple[float, float] | None = (-0.02, 1.02)) -> Figure:
+    """One line per arm of ``key`` per step (e.g. the parse-failure rate, the lenient parser's
+    reward inflation)."""
+    fig, ax = plt.subplots(figsize=(6.5, 3.8))
+    for i, (name, steps) in enumerate(arms):
+        _line(ax, *series(steps, key), color=f"C{i}", label=name)
+    ax.set(xlabel=STEP_LABEL, ylabel=ylabel, title=f"{task}: {title}")
+    if ylim is not None:
+        ax.set_ylim(*ylim)
+    _legend(ax)
+    _integer_x(ax)
+    return fig
+
+
+def recall_figure(arm: str, recall_steps: Sequence[dict], labels: Sequence[str]) -> Figure:
+    """Per step, the recall of each reference label among the rollouts (the recall drift)."""
+    fig, ax = plt.subplots(figsize=(6.5, 3.8))
+    for i, label in enumerate(labels):
+        points = [(r["step"], r["recall"].get(label)) for r in recall_steps if r["recall"].get(label) is not None]
+        _line(ax, [p[0] for p in points], [p[1] for p in points], color=f"C{i}", label=f"label {label}")
+    ax.set(xlabel=STEP_LABEL, ylabel=f"rollouts answered with their label {FRACTION}",
+           title=f"{arm}: recall per label of the rollouts", ylim=(-0.02, 1.02))
+    _legend(ax)
+    _integer_x(ax)
+    return fig
+
+
+def residue_figure(arm: str, residue: dict) -> Figure:
+    """Per step, the share of informative groups whose item is ambiguous (solid), per kind of
+    ambiguity, against that share in the training sample (dashed)."""
+    fig, ax = plt.subplots(figsize=(6.5, 3.8))
+    for i, (kind, r) in enumerate(residue["kinds"].items()):
+        points = [(s, v) for s, v in zip(residue["steps"], r["per_step"]) if v is not None]
+        _line(ax, [p[0] for p in points], [p[1] for p in points], color=f"C{i}", label=f"{kind}: informative groups")
+        if r.get("data_share") is not None:
+            ax.axhline(r["data_share"], color=f"C{i}", linestyle="--", linewidth=1, label=f"{kind}: training sample")
+    ax.set(xlabel=STEP_LABEL, ylabel=f"share of groups trained on {FRACTION}",
+           title=f"{arm}: drift to the ambiguous residue", ylim=(-0.02, 1.02))
+    _legend(ax)
+    _integer_x(ax)
+    return fig
+
+
+def think_tax_figure(arm: str, tax: dict) -> Figure:
+    """Among finished rollouts, mean reward (left) and think closure (right) by reasoning length,
+    in the early and late windows of steps; the capped rollouts' closure rate in the titles."""
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.6))
+    for i, (name, w) in enumerate(tax["windows"].items()):
+        mids = [(b["lo"] + b["hi"]) / 2 for b in w["buckets"] if b["n"]]
+        label = f"{name} steps {w['steps'][0]}–{w['steps'][1]} (n={w['n_finished']})"
+        _line(left, mids, [b["mean_reward"] for b in w["buckets"] if b["n"]], color=f"C{i}", label=label)
+        _line(right, mids, [b["think_closed_rate"] for b in w["buckets"] if b["n"]], color=f"C{i}", label=label)
+    capped = ", ".join(f"{name} {w['capped_think_closed_rate']:.2f} of {w['n_capped']}"
+                       for name, w in tax["windows"].items() if w["capped_think_closed_rate"] is not None)
+    unit = "reasoning length before </think> (characters)"
+    left.set(xlabel=unit, ylabel="mean reward of finished rollouts (reward units)", title=f"{arm}: reward by reasoning length")
+    right.set(xlabel=unit, ylabel=f"think closure of finished rollouts {FRACTION}", ylim=(-0.02, 1.02),
+              title=f"{arm}: closure" + (f" (capped rollouts closed: {capped})" if capped else ""))
+    _legend(left)
+    _legend(right)
+    return fig
