@@ -26,10 +26,14 @@ FRUIT, THINGS = ["grape", "mango", "apple"], ["chair", "table", "stone"]
 
 
 def toy_rows(n: int = 60) -> list[dict]:
-    """Unique texts (so the group-aware split spreads them over all three splits)."""
+    """Unique texts (so the group-aware split spreads them over all three splits); ``label_clean``
+    is a second answer key that disagrees with ``label`` on every fifth item."""
     words = FRUIT + THINGS
-    return [{"id": f"t{i}", "text": f"item {i}: {words[i % 6]}", "label": "yes" if words[i % 6] in FRUIT else "no"}
+    rows = [{"id": f"t{i}", "text": f"item {i}: {words[i % 6]}", "label": "yes" if words[i % 6] in FRUIT else "no"}
             for i in range(n)]
+    for i, row in enumerate(rows):
+        row["label_clean"] = ({"yes": "no", "no": "yes"}[row["label"]]) if i % 5 == 0 else row["label"]
+    return rows
 
 
 def teacher(body: dict) -> str:
@@ -62,7 +66,8 @@ def toy_recipe(data: Path, teacher_url: str | None) -> dict:
             "rl": {"lora": False, "learning_rate": 1e-3, "steps": 1, "group_size": 2, "prompts_per_step": 2,
                    "max_new_tokens": 8, "checkpoint_every": 1, "quiet": True},
         },
-        "tasks": {"toy": {"data": str(data), "limit": 12, "eval_limit": 4, "holdout_limit": 4, "n_boot": 20, "arms": arms}},
+        "tasks": {"toy": {"data": str(data), "text_col": ["text"], "label_col": "label", "limit": 12, "eval_limit": 4,
+                          "holdout_limit": 4, "n_boot": 20, "eval_label_cols": ["label_clean"], "arms": arms}},
     }
 
 
@@ -129,6 +134,34 @@ def test_analyses_are_built_from_the_evaluation_files(ladder_run):
     assert set(analysis["rescore"]["files"]) == {"grpo", "corpo", "noise", "cot_rl"}
     compare = json.loads(Path(analysis["compare"]["file"]).read_text())
     assert [compare["models"][r]["name"] for r in ("direct_all", "direct_survivors", "cot")] == ["sft", "control", "cot"]
+
+
+def test_reasoning_arms_are_scored_at_their_own_caps_and_survival_is_banded_by_difficulty(ladder_run):
+    root, _, state, _ = ladder_run
+    arms = state["tasks"]["toy"]["arms"]
+    assert arms["cot_rl"]["eval_max_new_tokens"] == 24 == arms["cot_rl"]["val"]["max_new_tokens"]  # its RL cap
+    assert arms["cot"]["eval_max_new_tokens"] == arms["distill"]["config"]["max_new_tokens"]  # the distillation cap
+    assert arms["sft"]["eval_max_new_tokens"] is None and arms["sft"]["holdout"]["max_new_tokens"] is None  # scored
+    # the SFT model scored the training sample (never recorded), and the traces' survival is banded by it
+    assert (root / "run" / "toy" / "eval" / "sft-train.parquet").is_file()
+    assert not any(r["split"] == "train" for r in read_jsonl(root / "run" / "toy" / "ledger.jsonl"))
+    summary = json.loads((root / "run" / "toy" / "distill" / "traces.summary.json").read_text())
+    assert summary["by_confidence"] and sum(b["n_items"] for b in summary["by_confidence"].values()) > 0
+
+
+def test_other_answer_keys_rescore_the_same_predictions(ladder_run):
+    import pyarrow.parquet as pq
+
+    root, _, state, _ = ladder_run
+    task = root / "run" / "toy"
+    clean = {r["id"]: r["label_clean"] for r in toy_rows()}
+    for name in ("sft", "grpo"):
+        table = pq.read_table(task / "eval" / f"{name}-holdout.parquet").to_pylist()
+        accuracy = sum(r["prediction"] == clean[r["id"]] for r in table) / len(table)
+        keyed = state["tasks"]["toy"]["arms"][name]["answer_keys"]["label_clean"]
+        assert keyed["holdout"]["accuracy"] == pytest.approx(accuracy) and keyed["holdout"]["n"] == len(table)
+    derived = [r for r in read_jsonl(task / "ledger.jsonl") if r.get("label_col") == "label_clean"]
+    assert derived and all(r["derived"] for r in derived)
 
 
 def test_rerun_redoes_nothing_finished(ladder_run):

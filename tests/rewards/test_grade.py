@@ -153,3 +153,22 @@ def test_failure_never_beats_a_parsed_answer_and_correct_is_the_row_maximum(k, k
         assert grade(None, ref, scale) <= min(row) + 1e-12
         assert max(row) == grade(ref, ref, scale) == correct
         assert [is_correct(pred, ref, scale) for pred in names] == [pred == ref for pred in names]
+
+
+def test_class_rewards_and_reward_tables_from_the_command_line(tmp_path):
+    from labelrl.rewards.grade import parse_class_rewards, read_reward_table
+
+    # spam=2 (correct), ham=1 correct and -0.5 wrong: steering toward spam recall through the reward
+    per_class = parse_class_rewards("spam=2, ham=1/-0.5")
+    scale = RewardScale.from_labels(["ham", "spam"], kind="binary", per_class=per_class)
+    assert grade("spam", "spam", scale) == 2.0 and grade("ham", "spam", scale) == 0.0
+    assert grade("ham", "ham", scale) == 1.0 and grade("spam", "ham", scale) == -0.5
+    with pytest.raises(ValueError, match="LABEL=CORRECT"):
+        parse_class_rewards("spam:2")
+    path = tmp_path / "table.yaml"
+    path.write_text("'1': {'1': 1.0, '2': 0.5, '3': 0.0}\n'2': {'1': 0.25, '2': 1.0, '3': 0.25}\n'3': {'1': 0.0, '2': 0.5, '3': 1.0}\n")
+    table = read_reward_table(path)
+    scale = RewardScale.from_labels(["1", "2", "3"], kind="ordinal", table=table)
+    assert grade("2", "1", scale) == 0.5 and grade("1", "2", scale) == 0.25  # asymmetric
+    with pytest.raises(ValueError, match="no such file"):
+        read_reward_table(tmp_path / "missing.yaml")
