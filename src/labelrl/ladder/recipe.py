@@ -305,7 +305,7 @@ def apply_set(raw: dict, assignment: str) -> dict:
     return deep_merge(raw, overlay)
 
 
-BUILTIN_RECIPES = ("demo", "gpu", "noise")
+BUILTIN_RECIPES = ("demo", "gpu", "noise", "reasoning")
 
 
 def recipe_text(source: str | Path) -> tuple[str, str, Path]:
