@@ -13,7 +13,6 @@ from rich.table import Table
 
 from labelrl.cli.options import fail, format_validation_error
 from labelrl.data.builtin import BUILTIN_DATASETS
-from labelrl.data.split import SPLIT_NAMES, SPLITS_FILE
 
 TEXT_WIDTH = 70
 
@@ -51,6 +50,8 @@ def _default(name: str):
 
 def read_splits(path: Path) -> dict[str, list[str]]:
     """Split name → ids from a run directory's splits.json ({"splits": {"train": [ids], ...}})."""
+    from labelrl.data.split import SPLIT_NAMES, SPLITS_FILE
+
     path = Path(path)
     if path.is_dir():
         path = path / SPLITS_FILE

@@ -11,9 +11,6 @@ from rich.table import Table
 
 from labelrl.cli.options import fail
 from labelrl.data.builtin import builtin_help
-from labelrl.data.load import load_dataset
-from labelrl.data.split import summarize
-from labelrl.fileio import atomic_write_json
 
 SHOWN_SKIPPED = 10
 
@@ -76,6 +73,10 @@ def show(
         "Also write the numbers (n_rows, label_counts, duplicates, lengths, skipped rows) to this JSON file."))] = None,
 ) -> None:
     """Rows, label counts, duplicate groups, text lengths and skipped rows of a dataset."""
+    from labelrl.data.load import load_dataset
+    from labelrl.data.split import summarize  # numpy: imported only when the command runs
+    from labelrl.fileio import atomic_write_json
+
     try:
         dataset = load_dataset(
             source, text_cols=text_col, label_col=label_col, labels=labels, kind=kind,

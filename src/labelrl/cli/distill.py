@@ -11,7 +11,7 @@ from pydantic import ValidationError
 from rich.console import Console
 from rich.table import Table
 
-from labelrl.audit.judges import JudgeError
+from labelrl.audit.judge_types import JudgeError
 from labelrl.cli.options import err_console, fail, format_validation_error
 from labelrl.distill.run import DistillConfig, run_distill_config
 

@@ -11,7 +11,7 @@ from pydantic import BaseModel, Field, ValidationError, field_validator, model_v
 from rich.console import Console
 from rich.table import Table
 
-from labelrl.audit.judges import DEFAULT_API_KEY_ENV, JudgeError, JudgeSpec
+from labelrl.audit.judge_types import DEFAULT_API_KEY_ENV, JudgeError, JudgeSpec
 from labelrl.cli.options import err_console, fail, format_validation_error
 
 SPEC_HELP = "a local model (anything load_model takes, e.g. tiny-random or a model directory) or an OpenAI-compatible endpoint URL http://HOST:PORT/v1"

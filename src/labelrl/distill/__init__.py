@@ -1,14 +1,39 @@
 """Reasoning distillation: rejection-sampled teacher traces (``teacher``), their survival
-statistics (``reject``) and the matched-data comparison of CoT-SFT with direct SFT (``compare``)."""
+statistics (``reject``) and the matched-data comparison of CoT-SFT with direct SFT (``compare``).
 
-from labelrl.distill.compare import compare_models, regressions
-from labelrl.distill.reject import confidence_band, item_confidence, length_stats, survival_counts, survival_summary
-from labelrl.distill.teacher import (
-    AttemptJournal, DistillPaths, distill_paths, grade_attempt, run_distill, teacher_messages, traces_records,
-)
+The public names are imported on first use, so that ``labelrl --help`` does not import the
+evaluation metrics (scikit-learn) through ``compare``.
+"""
 
-__all__ = [
-    "AttemptJournal", "DistillPaths", "compare_models", "confidence_band", "distill_paths", "grade_attempt",
-    "item_confidence", "length_stats", "regressions", "run_distill", "survival_counts", "survival_summary",
-    "teacher_messages", "traces_records",
-]
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from labelrl.distill.compare import compare_models, regressions
+    from labelrl.distill.reject import (
+        confidence_band, item_confidence, length_stats, survival_counts, survival_summary,
+    )
+    from labelrl.distill.teacher import (
+        AttemptJournal, DistillPaths, distill_paths, grade_attempt, run_distill, teacher_messages, traces_records,
+    )
+
+_WHERE = {
+    "compare_models": "compare", "regressions": "compare",
+    "confidence_band": "reject", "item_confidence": "reject", "length_stats": "reject",
+    "survival_counts": "reject", "survival_summary": "reject",
+    "AttemptJournal": "teacher", "DistillPaths": "teacher", "distill_paths": "teacher", "grade_attempt": "teacher",
+    "run_distill": "teacher", "teacher_messages": "teacher", "traces_records": "teacher",
+}
+__all__ = sorted(_WHERE)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _WHERE:
+        return getattr(importlib.import_module(f"labelrl.distill.{_WHERE[name]}"), name)
+    raise AttributeError(f"module 'labelrl.distill' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *__all__])

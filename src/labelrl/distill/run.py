@@ -9,7 +9,7 @@ from typing import Literal, Optional
 
 from pydantic import BaseModel, Field
 
-from labelrl.audit.judges import DEFAULT_API_KEY_ENV, JudgeSpec
+from labelrl.audit.judge_types import DEFAULT_API_KEY_ENV, JudgeSpec
 
 SPEC_HELP = "a local model (anything load_model takes, e.g. tiny-random or a model directory) or an OpenAI-compatible endpoint URL http://HOST:PORT/v1"
 
