@@ -167,3 +167,71 @@ def test_write_skipped_rows_jsonl(tmp_path):
         {"row": 4, "column": "text", "value": {"nested": 1}, "reason": "text must be a string, got dict"},
     ]
     assert [ex.id for ex in ds.examples] == ["1", "3"]
+
+
+# ------------------------------------------------------------------ CSV quirks real files have
+
+
+def _csv_bytes(path: Path, data: bytes) -> Path:
+    path.write_bytes(data)
+    return path
+
+
+@pytest.mark.parametrize("line_end", [b"\n", b"\r\n", b"\r\r\n"])
+def test_a_bare_carriage_return_in_an_unquoted_field_is_text(tmp_path, line_end):
+    # pandas' to_csv (the csv module with "\n" line ends) writes a cell's "\r" unquoted.
+    body = b"text,label" + line_end + b"first line\rsecond line,spam" + line_end + b"plain,ham" + line_end
+    ds = load_dataset(_csv_bytes(tmp_path / "cr.csv", body))
+    assert [(ex.text, ex.label) for ex in ds.examples] == [("first line\rsecond line", "spam"), ("plain", "ham")]
+
+
+def test_a_file_whose_lines_end_in_bare_carriage_returns_still_has_rows(tmp_path):
+    # classic Mac OS line ends: with no "\n" anywhere, "\r" is the row break
+    ds = load_dataset(_csv_bytes(tmp_path / "mac.csv", b"text,label\rone,spam\rtwo,ham\r"))
+    assert [(ex.text, ex.label) for ex in ds.examples] == [("one", "spam"), ("two", "ham")]
+
+
+def test_quoted_line_breaks_and_quotes_survive(tmp_path):
+    body = 'text,label\n"line one\nline two, with ""quotes""",spam\n"a\r\nb",ham\n'.encode()
+    ds = load_dataset(_csv_bytes(tmp_path / "quoted.csv", body))
+    assert [ex.text for ex in ds.examples] == ['line one\nline two, with "quotes"', "a\r\nb"]
+
+
+def test_semicolon_files_with_a_bom_are_sniffed(tmp_path):
+    # Excel in locales with a decimal comma: UTF-8 with a BOM, ";" between fields, "," in texts
+    body = "\ufefftext;label\nhello, world;spam\n\"a;b\";ham\n".encode("utf-8")
+    ds = load_dataset(_csv_bytes(tmp_path / "excel.csv", body))
+    assert [(ex.text, ex.label) for ex in ds.examples] == [("hello, world", "spam"), ("a;b", "ham")]
+
+
+def test_commas_win_when_semicolons_are_only_inside_texts(tmp_path):
+    body = b"text,label\nwait; what,spam\nno; yes; maybe,ham\nok,ham\n"
+    ds = load_dataset(_csv_bytes(tmp_path / "commas.csv", body))
+    assert [ex.text for ex in ds.examples] == ["wait; what", "no; yes; maybe", "ok"]
+
+
+@pytest.mark.parametrize("given", ["\t", "tab", "\\t"])
+def test_a_named_delimiter_is_used(tmp_path, given):
+    body = b"text\tlabel\na, b; c\tspam\nd\tham\n"
+    ds = load_dataset(_csv_bytes(tmp_path / "tabs.csv", body), delimiter=given)
+    assert [(ex.text, ex.label) for ex in ds.examples] == [("a, b; c", "spam"), ("d", "ham")]
+
+
+def test_a_wrong_delimiter_names_the_fix(tmp_path):
+    body = b"text;label\nhello;spam\nbye;ham\n"
+    path = _csv_bytes(tmp_path / "semi.csv", body)
+    with pytest.raises(ValueError, match=r"no 'text' column"):
+        load_dataset(path, delimiter=",")
+    assert len(load_dataset(path, delimiter=";")) == 2
+    with pytest.raises(ValueError, match=r"--delimiter ';;': a CSV delimiter is one character"):
+        load_dataset(path, delimiter=";;")
+    jsonl = write_jsonl(tmp_path / "x.jsonl", [{"text": "a", "label": "x"}, {"text": "b", "label": "y"}])
+    with pytest.raises(ValueError, match=r"--delimiter ';' applies to \.csv files.*drop --delimiter"):
+        load_dataset(jsonl, delimiter=";")
+
+
+def test_a_row_with_too_many_fields_names_the_delimiter(tmp_path):
+    path = _csv_bytes(tmp_path / "extra.csv", b"text,label\nfine,spam\none, two,ham\nok,ham\n")
+    with pytest.raises(ValueError, match=r"row 2: row has 3 fields but the header has 2 .*the delimiter is ',': quote "
+                                         r"fields that contain it, or name another with --delimiter"):
+        load_dataset(path)

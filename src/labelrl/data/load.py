@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import csv
 import io
+import itertools
 import json
+import re
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from labelrl.data.builtin import BUILTIN_DATASETS, builtin_help
 from labelrl.data.schema import ColumnSpec, RawTable, RowProblem, build_examples, resolve_columns
@@ -66,14 +68,85 @@ def read_jsonl(path: Path) -> RawTable:
     return RawTable(str(path), tuple(columns), rows)
 
 
-def read_csv(path: Path) -> RawTable:
-    """A CSV file with a header line; every value is a string (empty → missing)."""
+# Delimiters a CSV file may use, in the order a tie is broken: commas first (the standard),
+# then the semicolons of spreadsheets in locales whose decimal mark is a comma, tabs, pipes.
+CSV_DELIMITERS = (",", ";", "\t", "|")
+DELIMITER_NAMES = {"tab": "\t", "\\t": "\t", "comma": ",", "semicolon": ";", "pipe": "|"}
+SNIFF_RECORDS = 50
+_BARE_CR = re.compile(r"\r(?!\r*\n)")
+
+
+def check_delimiter(delimiter: str) -> str:
+    """The one-character delimiter a user named (``tab``, ``\\t``, ``;``, ...); ValueError otherwise."""
+    value = DELIMITER_NAMES.get(delimiter.lower(), delimiter)
+    if len(value) != 1 or value in "\"\r\n":
+        raise ValueError(
+            f"--delimiter {delimiter!r}: a CSV delimiter is one character other than a quote or a line break; "
+            "give e.g. --delimiter ';' or --delimiter tab"
+        )
+    return value
+
+
+def sniff_delimiter(text: str) -> str:
+    """The delimiter among ``CSV_DELIMITERS`` that splits the header into the most columns
+    that the first ``SNIFF_RECORDS`` records repeat; a comma when none splits the header.
+
+    A delimiter that also occurs inside the texts (a comma in a ``;`` file) leaves the header
+    whole or gives the records other widths than the header, so it loses to the right one.
+    """
+    best, best_score = ",", (0, 0)
+    for candidate in CSV_DELIMITERS:
+        reader = csv.reader(io.StringIO(text, newline=""), delimiter=candidate)
+        try:
+            records = [r for r in itertools.islice(reader, SNIFF_RECORDS + 1) if r]
+        except csv.Error:
+            continue
+        if not records or len(records[0]) < 2:
+            continue
+        width = len(records[0])
+        score = (sum(len(r) == width for r in records[1:]), width)
+        if score > best_score:
+            best, best_score = candidate, score
+    return best
+
+
+def protect_bare_carriage_returns(text: str) -> tuple[str, Callable[[str | None], str | None]]:
+    """``text`` with stand-ins for the carriage returns that are text, not line ends, and the
+    function that puts them back into a value read from it.
+
+    pandas (through the csv module, whose writer quotes ``\\n`` but not ``\\r`` when lines end in
+    ``\\n``) and some spreadsheets write a cell's own carriage return bare, inside an unquoted
+    field; the csv module would end the row there and shift every later field. In a file whose
+    lines end in ``\\n``, a ``\\r`` is a line end only when ``\\n`` follows it (``\\r\\n``, or the
+    ``\\r\\r\\n`` of a CSV written in text mode on Windows); any other is text. A file with no
+    ``\\n`` at all ends its lines in ``\\r`` (classic Mac OS), so it is left alone.
+    """
+    if "\n" not in text or not _BARE_CR.search(text):
+        return text, lambda value: value
+    standin = next((chr(c) for c in range(0xE000, 0xF900) if chr(c) not in text), None)
+    if standin is None:  # a file holding all 6,400 private-use characters: read it as the csv module does
+        return text, lambda value: value
+    return _BARE_CR.sub(standin, text), lambda value: value.replace(standin, "\r") if value else value
+
+
+def read_csv(path: Path, delimiter: str | None = None) -> RawTable:
+    """A CSV file with a header line; every value is a string (empty → missing).
+
+    A UTF-8 byte-order mark is dropped; the delimiter is ``delimiter`` or sniffed
+    (``sniff_delimiter``); a bare carriage return inside a field is kept as text
+    (``protect_bare_carriage_returns``); quoted fields may hold delimiters, quotes and line breaks.
+    """
     csv.field_size_limit(2**31 - 1)  # the default 131,072 characters would refuse texts JSONL and Parquet accept
-    reader = csv.DictReader(io.StringIO(decode_utf8(path), newline=""))
+    protected, _restore = protect_bare_carriage_returns(decode_utf8(path))
+    delimiter = check_delimiter(delimiter) if delimiter else sniff_delimiter(protected)
+    reader = csv.DictReader(io.StringIO(protected, newline=""), delimiter=delimiter)
+    shown = "tab" if delimiter == "\t" else repr(delimiter)
     try:
         header = reader.fieldnames
         if header is None:
             return RawTable(str(path), (), [])
+        header = [_restore(c) for c in header]
+        reader.fieldnames = header
         repeated = sorted({c for c in header if header.count(c) > 1})
         if repeated:
             raise ValueError(f"{path}: the header repeats column(s) {repeated}; give every column a distinct name")
@@ -83,9 +156,10 @@ def read_csv(path: Path) -> RawTable:
             if None in values:
                 n = len(header) + len(values[None])
                 rows.append(RowProblem(row, None, values[None], f"row has {n} fields but the header has {len(header)}",
-                                       "quote fields that contain commas"))
+                                       f"the delimiter is {shown}: quote fields that contain it, or name another "
+                                       "with --delimiter"))
             else:
-                rows.append({k: (None if v == "" else v) for k, v in values.items()})
+                rows.append({k: (None if v == "" else _restore(v)) for k, v in values.items()})
     except csv.Error as exc:
         raise ValueError(f"{path}: line {reader.line_num}: malformed CSV ({exc}); fix the quoting on that line") from None
     return RawTable(str(path), tuple(header), rows)
@@ -119,8 +193,10 @@ def read_saved_dataset(path: Path) -> RawTable:
     return RawTable(str(path), tuple(data.column_names), data.to_list())
 
 
-def read_table(path: Path) -> RawTable:
-    """Dispatch on the path: a directory, or a file by its extension."""
+def read_table(path: Path, delimiter: str | None = None) -> RawTable:
+    """Dispatch on the path: a directory, or a file by its extension (``delimiter``: CSV only)."""
+    if delimiter and not (path.is_file() and path.suffix.lower() in CSV_SUFFIXES):
+        raise ValueError(f"--delimiter {delimiter!r} applies to .csv files, and {path} is not one; drop --delimiter")
     if path.is_dir():
         return read_saved_dataset(path)
     if not path.is_file():
@@ -131,22 +207,24 @@ def read_table(path: Path) -> RawTable:
     if suffix in JSONL_SUFFIXES:
         return read_jsonl(path)
     if suffix in CSV_SUFFIXES:
-        return read_csv(path)
+        return read_csv(path, delimiter)
     if suffix in PARQUET_SUFFIXES:
         return read_parquet(path)
     raise ValueError(f"{path}: unknown file type {suffix or '(no extension)'!r}; give {accepted_forms()}")
 
 
-def read_source(source: str | Path) -> tuple[str, RawTable, ColumnSpec | None, dict]:
+def read_source(source: str | Path, delimiter: str | None = None) -> tuple[str, RawTable, ColumnSpec | None, dict]:
     """A built-in name or a file, read into a raw table: (dataset name, table, the
     built-in's default columns or None, the built-in's label spaces by column)."""
     name = str(source)
     if name in BUILTIN_DATASETS:
+        if delimiter:
+            raise ValueError(f"--delimiter {delimiter!r} applies to .csv files, and {name} is a built-in dataset; drop --delimiter")
         builtin = BUILTIN_DATASETS.get(name).read()
         table = RawTable(name, builtin.columns, builtin.rows)
         return name, table, ColumnSpec(builtin.text_cols, builtin.label_col, builtin.id_col), builtin.label_spaces
     path = Path(source)
-    table = read_table(path)
+    table = read_table(path, delimiter)
     return (path.stem if path.is_file() else path.name), table, None, {}
 
 
@@ -160,6 +238,7 @@ def load_dataset(
     positive: str | None = None,
     id_col: str | None = None,
     on_bad_row: str = "error",
+    delimiter: str | None = None,
 ) -> Dataset:
     """Read and validate a labelled dataset.
 
@@ -173,13 +252,14 @@ def load_dataset(
     string is split) with ``kind`` and, for binary, ``positive``; else the built-in's; else
     inferred from the data (``schema.infer_labels``, ``schema.infer_kind``). Ids come from
     ``id_col``, else a column named ``id``, else the 1-based data row number. Bad rows raise (``on_bad_row="error"``) or
-    are recorded in ``Dataset.skipped_rows`` (``"skip"``); see ``schema.build_examples``.
+    are recorded in ``Dataset.skipped_rows`` (``"skip"``); see ``schema.build_examples``. ``delimiter`` is a CSV
+    file's delimiter (default: sniffed, see ``read_csv``).
     """
     if isinstance(text_cols, str):
         text_cols = [text_cols]
     if isinstance(labels, str):
         labels = [x.strip() for x in labels.split(",") if x.strip()]
-    name, table, defaults, default_spaces = read_source(source)
+    name, table, defaults, default_spaces = read_source(source, delimiter)
     spec = resolve_columns(table, text_cols, label_col, id_col, defaults)
     examples, space, skipped = build_examples(
         table, spec, labels=labels, kind=kind, positive=positive,
