@@ -40,6 +40,7 @@ from labelrl.audit.relabel_summary import (
     agreement_with,
     needs_adjudication,
     self_agreement,
+    skipped_rows_path,
     summarise,
 )
 from labelrl.fileio import atomic_write_bytes, atomic_write_json, atomic_write_text
@@ -88,11 +89,13 @@ def read_rubric(path: str | Path) -> str:
 
 def load_items(
     data: str | Path, *, text_cols: Sequence[str] | None = None, label_col: str | None = None,
-    labels: Sequence[str] | str | None = None, limit: int | None = None,
+    labels: Sequence[str] | str | None = None, limit: int | None = None, on_bad_row: str = "error",
+    delimiter: str | None = None,
 ) -> RelabelItems:
     """Read and validate ``data`` (a built-in name or a file, as ``labelrl.data.load_dataset``),
-    keeping each row's original columns. Every row must be valid: relabel writes every row
-    back, so none may be skipped. ``limit`` keeps the first N rows."""
+    keeping each row's original columns. Relabel writes every row back, so a bad row stops it
+    (``on_bad_row="error"``) unless ``"skip"``: then it is left out of the output and listed in
+    ``RelabelItems.skipped_rows``. ``limit`` keeps the first N rows."""
     from labelrl.data.load import read_source
     from labelrl.data.schema import build_examples, resolve_columns
 
@@ -100,11 +103,11 @@ def load_items(
         labels = [x.strip() for x in labels.split(",") if x.strip()]
     if limit is not None and limit < 1:
         raise ValueError(f"--limit {limit}: must be 1 or more rows (leave it out for all rows)")
-    name, table, defaults, spaces = read_source(data)
+    name, table, defaults, spaces = read_source(data, delimiter)
     path = None if defaults is not None else Path(data)
     spec = resolve_columns(table, list(text_cols) if text_cols else None, label_col, None, defaults)
-    examples, space, _ = build_examples(
-        table, spec, labels=labels, default_space=spaces.get(spec.label_col), on_bad_row="error"
+    examples, space, skipped = build_examples(
+        table, spec, labels=labels, default_space=spaces.get(spec.label_col), on_bad_row=on_bad_row
     )
     clash = [c for c in PROVENANCE_COLUMNS if c in table.columns]
     if clash:
@@ -115,10 +118,12 @@ def load_items(
     digest = hashlib.sha256()
     for ex in examples:
         digest.update(json.dumps([ex.id, ex.text, ex.label]).encode("utf-8"))
-    rows = list(table.rows)
-    assert len(rows) == len(examples), "error mode keeps every row"
+    left_out = {record["row"] for record in skipped}
+    # build_examples keeps the rows it does not skip in their order, so these line up with examples
+    rows = [row for number, row in enumerate(table.rows, start=1) if number not in left_out]
+    assert len(rows) == len(examples), "every row is an example or a skipped row"
     keep = len(examples) if limit is None else limit
-    return RelabelItems(name, path, rows[:keep], tuple(examples[:keep]), space, digest.hexdigest())
+    return RelabelItems(name, path, rows[:keep], tuple(examples[:keep]), space, digest.hexdigest(), tuple(skipped))
 
 
 def output_paths(items: RelabelItems, out: str | Path | None) -> RelabelPaths:
@@ -179,6 +184,9 @@ def run_relabel(
         phase("retest", "self-agreement", judge, todo, sample_seed=seed)
     rows = output_rows(items, journal, adjudicator, min_confidence)
     write_rows(paths.out, rows)
+    if items.skipped_rows:  # --on-bad-row skip: said (a note) and saved, never silent
+        atomic_write_text(skipped_rows_path(paths), "".join(json.dumps(r, ensure_ascii=False, sort_keys=True, default=str)
+                                                            + "\n" for r in items.skipped_rows))
     summary = summarise(items, journal, judge, adjudicator, sample, rows,
                         min_confidence=min_confidence, seed=seed, paths=paths)
     atomic_write_json(paths.summary, summary)

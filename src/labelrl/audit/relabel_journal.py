@@ -25,6 +25,7 @@ class RelabelItems:
     examples: tuple[Example, ...]
     labels: LabelSpace
     fingerprint: str  # sha256 of every (id, text, label), limit or not
+    skipped_rows: tuple[dict, ...] = ()  # --on-bad-row skip: the rows left out, {row, column, value, reason}
 
 
 @dataclass(frozen=True)

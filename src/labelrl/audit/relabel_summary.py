@@ -110,7 +110,10 @@ def summarise(items: RelabelItems, journal: Journal, judge: Judge, adjudicator: 
         "requests": {role: dict(j.stats) for role, j in (("judge", judge), ("adjudicator", adjudicator))
                      if getattr(j, "stats", None) is not None},
         "files": {"out": str(paths.out), "journal": str(paths.journal), "summary": str(paths.summary)},
+        "n_skipped_rows": len(items.skipped_rows),
     }
+    if items.skipped_rows:
+        summary["files"]["skipped_rows"] = str(skipped_rows_path(paths))
     summary["notes"] = _notes(summary, adjudicator is not None)
     return summary
 
@@ -133,5 +136,13 @@ def _notes(summary: dict, has_adjudicator: bool) -> list[str]:
     if summary["n_adjudicator_unparseable"]:
         notes.append(f"{summary['n_adjudicator_unparseable']} adjudicator replies did not parse: those items keep "
                      "the judge's label (or the original one).")
+    if summary["n_skipped_rows"]:
+        notes.append(f"{summary['n_skipped_rows']} rows could not be read (--on-bad-row skip): they are not in the "
+                     f"output; {summary['files']['skipped_rows']} lists them.")
     notes.append("Self-agreement: " + summary["self_agreement"]["method"] + ".")
     return notes
+
+
+def skipped_rows_path(paths: RelabelPaths):
+    """``OUT.skipped_rows.jsonl``: the rows ``--on-bad-row skip`` left out of the output."""
+    return paths.out.with_suffix(".skipped_rows.jsonl")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Optional
+from typing import Literal, Optional
 
 import typer
 from pydantic import BaseModel, Field, ValidationError, field_validator
@@ -24,6 +24,8 @@ class AuditConfig(BaseModel):
     text_col: list[str] = Field(default_factory=list, description="Text column (repeat for several); default: the built-in's, else 'text'.")
     label_col: Optional[str] = Field(None, description="Label column; default: the built-in's, else 'label'.")
     labels: Optional[str] = Field(None, description="The label set in order, comma-separated (lowest grade first for ordinal), e.g. ham,spam.")
+    on_bad_row: Literal["error", "skip"] = Field("error", description="What to do with a malformed row: stop with an error naming it, or skip it (the audit notes how many; --json lists them).")
+    delimiter: Optional[str] = Field(None, description="CSV files only: the delimiter (',', ';', tab, '|'); sniffed from the header when omitted.")
     key: Optional[str] = Field(None, description="Columns that identify an item, comma-separated (e.g. passage,driver); default: the text.")
     exact: bool = Field(False, description="Count only byte-identical keys as duplicates (default: compare after case-folding, NFKC, punctuation and whitespace removal).")
     top: int = Field(10, description="How many conflicting and largest duplicate groups to print.")
@@ -169,7 +171,8 @@ def run_audit(cfg: AuditConfig, console: Console) -> dict:
     from labelrl.fileio import atomic_write_json
 
     dataset = load_dataset(
-        cfg.data, text_cols=cfg.text_col or None, label_col=cfg.label_col, labels=cfg.labels
+        cfg.data, text_cols=cfg.text_col or None, label_col=cfg.label_col, labels=cfg.labels,
+        on_bad_row=cfg.on_bad_row, delimiter=cfg.delimiter,
     )
     splits = read_splits(cfg.splits) if cfg.splits is not None else None
     report = audit_dataset(
@@ -177,6 +180,11 @@ def run_audit(cfg: AuditConfig, console: Console) -> dict:
         n_boot=cfg.n_boot, seed=cfg.seed, top=cfg.top,
     )
     render(report, console, cfg.top)
+    if dataset.skipped_rows:  # --on-bad-row skip: said and kept, never silent
+        first = dataset.skipped_rows[0]
+        console.print(f"skipped {len(dataset.skipped_rows)} bad rows (first: row {first['row']}: {first['reason']})"
+                      + ("; --json lists them" if cfg.json_path is None else f"; listed in {cfg.json_path}"), highlight=False)
+        report["skipped_rows"] = list(dataset.skipped_rows)
     if cfg.json_path is not None:
         atomic_write_json(cfg.json_path, report)
         console.print(f"wrote {cfg.json_path}")
@@ -193,6 +201,8 @@ def register(app: typer.Typer) -> None:
         text_col: Optional[list[str]] = typer.Option(None, "--text-col", help=_help("text_col"), show_default=False),
         label_col: Optional[str] = typer.Option(None, "--label-col", help=_help("label_col"), show_default=False),
         labels: Optional[str] = typer.Option(None, "--labels", help=_help("labels"), show_default=False),
+        on_bad_row: str = typer.Option(_default("on_bad_row"), "--on-bad-row", help=_help("on_bad_row"), metavar="error|skip"),
+        delimiter: Optional[str] = typer.Option(None, "--delimiter", help=_help("delimiter"), show_default=False),
         key: Optional[str] = typer.Option(None, "--key", help=_help("key"), show_default=False),
         exact: bool = typer.Option(_default("exact"), "--exact", help=_help("exact")),
         top: int = typer.Option(_default("top"), "--top", help=_help("top")),
@@ -204,6 +214,7 @@ def register(app: typer.Typer) -> None:
         try:
             cfg = AuditConfig(
                 data=data, text_col=text_col or [], label_col=label_col, labels=labels, key=key,
+                on_bad_row=on_bad_row, delimiter=delimiter,
                 exact=exact, top=top, n_boot=n_boot, seed=seed, splits=splits, json_path=json_path,
             )
         except ValidationError as exc:

@@ -69,6 +69,8 @@ def show(
         "Column holding a unique id per row. Default: the built-in's, else the row number."))] = None,
     on_bad_row: Annotated[str, typer.Option("--on-bad-row", metavar="error|skip", help=(
         "What to do with a malformed row: 'error' stops naming it; 'skip' skips it and lists it."))] = "error",
+    delimiter: Annotated[Optional[str], typer.Option("--delimiter", metavar="CHAR", help=(
+        "CSV files only: the delimiter (',', ';', tab, '|'). Default: sniffed from the header."))] = None,
     json_out: Annotated[Optional[Path], typer.Option("--json", metavar="OUT", help=(
         "Also write the numbers (n_rows, label_counts, duplicates, lengths, skipped rows) to this JSON file."))] = None,
 ) -> None:
@@ -80,7 +82,7 @@ def show(
     try:
         dataset = load_dataset(
             source, text_cols=text_col, label_col=label_col, labels=labels, kind=kind,
-            positive=positive, id_col=id_col, on_bad_row=on_bad_row,
+            positive=positive, id_col=id_col, on_bad_row=on_bad_row, delimiter=delimiter,
         )
         summary = summarize(dataset)
         if json_out is not None:

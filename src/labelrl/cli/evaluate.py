@@ -253,6 +253,8 @@ def register(app: typer.Typer) -> None:
         kind: Optional[str] = _opt("kind", "--kind"), mode: Optional[str] = _opt("mode", "--mode"),
         rubric: Optional[Path] = _opt("rubric", "--rubric"), split_seed: int = _opt("split_seed", "--split-seed"),
         split_ratios: str = _opt("split_ratios", "--split-ratios"),
+        on_bad_row: Optional[str] = _opt("on_bad_row", "--on-bad-row"), delimiter: Optional[str] = _opt("delimiter", "--delimiter"),
+        on_long_item: Optional[str] = _opt("on_long_item", "--on-long-item"),
         splits: Optional[Path] = _opt("splits", "--splits"), method: Optional[str] = _opt("method", "--method"),
         out: Optional[Path] = _opt("out", "--out"), json_path: Optional[Path] = _opt("json_path", "--json"),
         allow_repeat_holdout: bool = _opt("allow_repeat_holdout", "--allow-repeat-holdout"),

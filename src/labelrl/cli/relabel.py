@@ -4,7 +4,7 @@ rubric, with an adjudicator for unsure items, a self-agreement audit and a resum
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
+from typing import Literal, Optional
 
 import typer
 from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
@@ -39,6 +39,8 @@ class RelabelConfig(BaseModel):
     label_col: Optional[str] = Field(None, description="Label column; default: the built-in's, else 'label'.")
     labels: Optional[str] = Field(None, description="The label set in order, comma-separated, e.g. ham,spam.")
     limit: Optional[int] = Field(None, description="Relabel only the first N rows (a trial run).")
+    on_bad_row: Literal["error", "skip"] = Field("error", description="What to do with a malformed row: stop with an error naming it, or leave it out of the output and list it in OUT.skipped_rows.jsonl.")
+    delimiter: Optional[str] = Field(None, description="CSV files only: the delimiter (',', ';', tab, '|'); sniffed from the header when omitted.")
     json_path: Optional[Path] = Field(None, description="Also write the summary to this JSON file (it is always saved as OUT.summary.json).")
 
     @field_validator("min_confidence")
@@ -138,7 +140,8 @@ def run_relabel_command(cfg: RelabelConfig, console: Console, progress_console: 
     from labelrl.fileio import atomic_write_json
 
     rubric = read_rubric(cfg.rubric)
-    items = load_items(cfg.data, text_cols=cfg.text_col, label_col=cfg.label_col, labels=cfg.labels, limit=cfg.limit)
+    items = load_items(cfg.data, text_cols=cfg.text_col, label_col=cfg.label_col, labels=cfg.labels, limit=cfg.limit,
+                       on_bad_row=cfg.on_bad_row, delimiter=cfg.delimiter)
     paths = output_paths(items, cfg.out)
     specs = {role: cfg.judge_spec(role) for role in ("judge", "adjudicator")}
     for spec in specs.values():
@@ -183,6 +186,8 @@ def register(app: typer.Typer) -> None:
         label_col: Optional[str] = typer.Option(None, "--label-col", help=_help("label_col"), show_default=False),
         labels: Optional[str] = typer.Option(None, "--labels", help=_help("labels"), show_default=False),
         limit: Optional[int] = typer.Option(None, "--limit", help=_help("limit"), show_default=False),
+        on_bad_row: str = typer.Option(_default("on_bad_row"), "--on-bad-row", help=_help("on_bad_row"), metavar="error|skip"),
+        delimiter: Optional[str] = typer.Option(None, "--delimiter", help=_help("delimiter"), show_default=False),
         json_path: Optional[Path] = typer.Option(None, "--json", help=_help("json_path"), show_default=False),
     ) -> None:
         values = dict(locals())

@@ -41,6 +41,8 @@ class DistillConfig(BaseModel):
     text_col: list[str] = Field(default_factory=list, description="Text column (repeat for several); default: the built-in's, else 'text'.")
     label_col: Optional[str] = Field(None, description="Label column; default: the built-in's, else 'label'.")
     labels: Optional[str] = Field(None, description="The label set in order, comma-separated, e.g. ham,spam.")
+    on_bad_row: Literal["error", "skip"] = Field("error", description="What to do with a malformed row: stop with an error naming it, or skip it and list it in NAME.skipped_rows.jsonl beside OUT (NAME.jsonl).")
+    delimiter: Optional[str] = Field(None, description="CSV files only: the delimiter (',', ';', tab, '|'); sniffed from the header when omitted.")
     json_path: Optional[Path] = Field(None, description="Also write the summary to this JSON file (it is always saved as OUT.summary.json).")
 
     def teacher_spec(self) -> JudgeSpec:
@@ -51,12 +53,18 @@ class DistillConfig(BaseModel):
 
 def load_examples(cfg: DistillConfig):
     """The items to distill (the run directory's split, or all of DATA) and their label space."""
-    from labelrl.data.load import load_dataset
+    import sys
+
+    from labelrl.data.load import load_dataset, write_skipped_rows
     from labelrl.data.options import parse_ratios
     from labelrl.data.sample import sample_examples
     from labelrl.data.split import load_or_make_splits, select
 
-    dataset = load_dataset(cfg.data, text_cols=cfg.text_col or None, label_col=cfg.label_col, labels=cfg.labels)
+    dataset = load_dataset(cfg.data, text_cols=cfg.text_col or None, label_col=cfg.label_col, labels=cfg.labels,
+                           on_bad_row=cfg.on_bad_row, delimiter=cfg.delimiter)
+    if dataset.skipped_rows:  # --on-bad-row skip: said and saved, never silent
+        saved = write_skipped_rows(dataset, Path(cfg.out).with_name(Path(cfg.out).stem + ".skipped_rows.jsonl"))
+        print(f"skipped {len(dataset.skipped_rows)} bad rows of {cfg.data}; the list is in {saved}", file=sys.stderr)
     examples = list(dataset.examples)
     seed = cfg.split_seed
     if cfg.run_dir is not None:

@@ -111,7 +111,7 @@ def _load(options: DataOptions, label_col: str | None, labels: LabelSpace | None
         options.data, text_cols=options.text_col, label_col=label_col,
         labels=list(labels.labels) if labels else options.label_list(),
         kind=labels.kind if labels else options.kind,
-        positive=labels.positive if labels else None, on_bad_row=options.on_bad_row,
+        positive=labels.positive if labels else None, on_bad_row=options.on_bad_row, delimiter=options.delimiter,
     )
 
 
@@ -168,11 +168,13 @@ def prepare(
     splits_dir: str | Path | None = None,
     label_col: str | None = None,
     limit: int | None = None,
+    overrides: dict | None = None,
 ) -> EvalSetup:
     """Load the data, then the model, and fingerprint the model (nothing is predicted yet).
 
     ``splits_dir`` defaults to the run directory; ``data_options`` to the run's data config
-    (the model's run directory first, else ``splits_dir``'s).
+    (the model's run directory first, else ``splits_dir``'s), with ``overrides`` (e.g.
+    ``{"on_bad_row": "skip"}``) replacing the run's values.
     """
     from labelrl.models import load_model, model_fingerprint
 
@@ -186,6 +188,8 @@ def prepare(
         if not _has_run_config(config_dir):
             raise ValueError(f"neither {model_spec_or_run_dir!r} nor {splits_dir} holds a run config ({' or '.join(RUN_CONFIG_FILES)}), so the data is unknown; pass --data")
         data_options = run_data_options(config_dir)
+    if overrides:
+        data_options = data_options.model_copy(update=overrides)
     if limit is not None and limit < 1:
         raise ValueError(f"limit={limit}: evaluate at least 1 example; drop --limit to use the whole split")
     data = load_eval_data(data_options, splits_dir, split, label_col=label_col, limit=limit)

@@ -28,6 +28,9 @@ class EvalConfig(BaseModel):
     rubric: Optional[Path] = Field(None, description="With --data: the rubric file the model was trained with.")
     split_seed: int = Field(0, description="With --data and no splits.json yet: seed of the split made in --splits.")
     split_ratios: str = Field("0.8,0.1,0.1", description="With --data and no splits.json yet: shares of train, val and holdout of the split made in --splits.")
+    on_bad_row: Optional[Literal["error", "skip"]] = Field(None, description="What to do with a malformed row: stop with an error naming it, or skip it (default: the run's choice, else error).")
+    delimiter: Optional[str] = Field(None, description="CSV files only: the delimiter (',', ';', tab, '|') (default: the run's, else sniffed from the header).")
+    on_long_item: Optional[Literal["truncate", "skip", "error"]] = Field(None, description="An item whose prompt and answer do not fit the model's context: cut its text to fit, leave it out, or stop (default: the run's choice, else truncate). The count and ids are printed and saved with the predictions.")
     splits: Optional[Path] = Field(None, description="Directory of splits.json and ledger.jsonl (default: the run directory); needed for a bare model.")
     method: Optional[Literal["scores", "generate"]] = Field(None, description="scores: label-token probabilities (direct models); generate: greedy decoding parsed strictly (default: scores for direct mode, generate for reasoning).")
     out: Optional[Path] = Field(None, description="Predictions file (.parquet or .csv) (default: SPLITS_DIR/eval/NAME-SPLIT.parquet).")
@@ -48,6 +51,10 @@ class EvalConfig(BaseModel):
             raise ValueError(f"{', '.join(given)} describe the data and only apply with --data; drop them or add --data")
         return self
 
+    def data_overrides(self) -> dict:
+        """The data options given here that replace a run's own (with or without --data)."""
+        return {k: getattr(self, k) for k in ("on_bad_row", "delimiter", "on_long_item") if getattr(self, k) is not None}
+
     def data_options(self):
         from labelrl.data.options import DataOptions
 
@@ -55,7 +62,7 @@ class EvalConfig(BaseModel):
             return None
         return DataOptions(data=self.data, text_col=self.text_col or None, label_col=self.label_col, labels=self.labels,
                            kind=self.kind, mode=self.mode or "direct", rubric=self.rubric, split_seed=self.split_seed,
-                           split_ratios=self.split_ratios)
+                           split_ratios=self.split_ratios, **self.data_overrides())
 
 
 def default_out(setup, split: str) -> Path:
@@ -106,7 +113,7 @@ def run_eval(cfg: EvalConfig) -> dict:
         raise ValueError("--pass-at-k samples the model many times per item and reports the best of k; run it on "
                          "--split val (the holdout is for each final model's one look)")
     setup = prepare(cfg.run_or_model, cfg.data_options(), cfg.split, splits_dir=cfg.splits,
-                    label_col=cfg.label_col, limit=cfg.limit)
+                    label_col=cfg.label_col, limit=cfg.limit, overrides=cfg.data_overrides())
     if cfg.pass_at_k is not None:
         return pass_at_k_and_write(setup, cfg)
     return evaluate_and_write(setup, cfg)
