@@ -58,7 +58,7 @@ def run_compare_command(runs: list[Path], split: str, names: list[str] | None, n
 
     if len(runs) != 3:
         raise ValueError(f"{len(runs)} runs given: compare takes three, in order: direct SFT on all items, direct SFT "
-                         "on the survivors (--only-ids-from), CoT-SFT on the survivors")
+                         "on the survivors (`labelrl sft --only-ids-from`), CoT-SFT on the survivors")
     names = names or [r.name for r in runs]
     if len(names) != 3:
         raise ValueError(f"--names {','.join(names)}: give three names, one per run")

@@ -206,6 +206,6 @@ def join_on_id(a: Predictions, b: Predictions, what: str = "the two files") -> t
     if differ:
         raise ValueError(
             f"{what} disagree on the label of {len(differ)} shared id(s) (e.g. {differ[0]!r}): they were scored "
-            "against different answer keys; evaluate both with the same --label-col"
+            "against different answer keys; evaluate both with the same `labelrl eval --label-col`"
         )
     return rows_a, rows_b

@@ -59,7 +59,7 @@ _BOOT_CELLS = 4_000_000
 def basic_metrics(y_true: Sequence[str], y_pred: Sequence[str | None]) -> dict[str, float]:
     """Accuracy and balanced accuracy; an unparseable prediction (None) counts as wrong."""
     if len(y_true) == 0:
-        raise ValueError("no examples to evaluate: the split is empty; check --limit and the split ratios")
+        raise ValueError("no examples to evaluate: the split (or the predictions file) is empty; check the data, the split ratios and any limit on the items evaluated")
     pred = np.array(["\x00unparsed" if p is None else p for p in y_pred], dtype=object)
     true = np.array(list(y_true), dtype=object)
     return {
@@ -92,7 +92,7 @@ def encode(
     if len(y_true) != len(y_pred):
         raise ValueError(f"{len(y_true)} true labels but {len(y_pred)} predictions: give one prediction per example")
     if len(y_true) == 0:
-        raise ValueError("no examples to evaluate: the split is empty; check --limit and the split ratios")
+        raise ValueError("no examples to evaluate: the split (or the predictions file) is empty; check the data, the split ratios and any limit on the items evaluated")
     true = np.array([labels.index(y) for y in y_true], dtype=np.int64)
     pred = np.array([-1 if p is None else labels.index(p) for p in y_pred], dtype=np.int64)
     if scores is not None:

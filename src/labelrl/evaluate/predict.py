@@ -200,12 +200,36 @@ def prepare(
     return EvalSetup(spec, model, tokenizer, model_fingerprint(model), data)
 
 
-def prompt_token_ids(tokenizer, data: EvalData) -> list[list[int]]:
-    out = []
-    for ex in data.examples:
-        messages = render_messages(ex, labels=data.labels, mode=data.options.mode, rubric=data.rubric)
-        out.append(tokenizer(render_prompt(tokenizer, messages), add_special_tokens=False)["input_ids"])
-    return out
+def example_prompt_ids(tokenizer, data: EvalData, example: Example) -> list[int]:
+    messages = render_messages(example, labels=data.labels, mode=data.options.mode, rubric=data.rubric)
+    return tokenizer(render_prompt(tokenizer, messages), add_special_tokens=False)["input_ids"]
+
+
+def answer_tokens(tokenizer, labels: LabelSpace, mode: str, method: str, max_new_tokens: int | None) -> int:
+    """Tokens an answer may take after the prompt: scoring reads ``<answer>`` and the longest
+    label; generating writes up to the token cap."""
+    if method == "generate":
+        return max_new_tokens or default_max_new_tokens(tokenizer, labels, mode)
+    return max(len(tokenizer(ANSWER_PREFIX + x, add_special_tokens=False)["input_ids"]) for x in labels.labels)
+
+
+def fit_to_context(setup: EvalSetup, method: str, max_new_tokens: int | None):
+    """(examples, prompt ids, LongItems): every prompt fits the model's context with its answer,
+    by the data options' ``on_long_item`` (``labelrl.data.length``), said on stderr when any
+    item was cut or left out; the record goes into the predictions' info."""
+    from labelrl.data.length import announce, fit_prompts
+
+    data, tokenizer = setup.data, setup.tokenizer
+    context = getattr(getattr(setup.model, "config", None), "max_position_embeddings", None) or 10**12  # none stated
+    answer = answer_tokens(tokenizer, data.labels, data.options.mode, method, max_new_tokens)
+    _, examples, prompts, report = fit_prompts(
+        tokenizer, data.examples, lambda ex: example_prompt_ids(tokenizer, data, ex), context - answer,
+        policy=data.options.on_long_item,
+        stage=f"{data.split} items", limit=f"the model's context of {context} tokens with {answer} for the answer",
+        fix="shorten the texts" if method == "scores" else "lower --max-new-tokens",
+    )
+    announce(report, None)
+    return examples, prompts, report
 
 
 def _score(setup: EvalSetup, prompts: list[list[int]], batch_size: int) -> tuple[list, list, object]:
@@ -262,13 +286,13 @@ def run_predictions(
     if batch_size < 1:
         raise ValueError(f"batch_size={batch_size}: need at least 1 prompt per batch")
     started = time.perf_counter()
-    prompts = prompt_token_ids(setup.tokenizer, setup.data)
+    examples, prompts, long_items = fit_to_context(setup, method, max_new_tokens)
     if method == "scores":
         preds, statuses, probs = _score(setup, prompts, batch_size)
     else:
         preds, statuses, probs = _generate(setup, prompts, batch_size, max_new_tokens)
     data = setup.data
-    table = predictions_table([ex.id for ex in data.examples], [ex.label for ex in data.examples],
+    table = predictions_table([ex.id for ex in examples], [ex.label for ex in examples],
                               preds, statuses, data.labels, probs)
     info = {
         "model_spec": setup.model_spec, "model_fingerprint": setup.model_fingerprint, "method": method,
@@ -276,7 +300,7 @@ def run_predictions(
         "splits_dir": str(data.splits_dir), "data": data.options.data, "label_col": data.label_col,
         "holdout_fingerprint": data.holdout_fingerprint,
         "max_new_tokens": generation_cap(setup, max_new_tokens) if method == "generate" else None,
-        "n": len(data.examples), "seconds": round(time.perf_counter() - started, 3),
+        "n": len(examples), "seconds": round(time.perf_counter() - started, 3), "long_items": long_items.record(),
     }
     return Predictions(table, data.labels, info)
 

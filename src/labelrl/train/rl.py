@@ -64,6 +64,7 @@ from labelrl.train.setup import (
 )
 
 METRICS_FILE = "metrics.jsonl"
+LONG_ITEMS_FILE = "long_items_rl.json"
 
 
 @dataclass
@@ -112,7 +113,7 @@ def start_run(cfg: RLConfig, accelerator=None) -> RLRun:
     model, tokenizer = prepare_model(cfg)
     optimizer, scheduler = make_optimizer(model, cfg, cfg.steps)
     model, optimizer = accelerator.prepare(model, optimizer)
-    train_prompts = prompt_ids(tokenizer, data.train, data, cfg.mode)
+    train_prompts = fit_train_prompts(cfg, run_dir, data, tokenizer, accelerator.unwrap_model(model), main)
     preflight(model, train_prompts, cfg.max_new_tokens, run_dir, checkpoints=KEEP_LAST + 1)
     run = RLRun(cfg, run_dir, data, model, tokenizer, optimizer, scheduler,
                 algo=parts.resolve_algorithm(cfg, data.dataset.labels, [ex.label for ex in data.train]),
@@ -121,6 +122,27 @@ def start_run(cfg: RLConfig, accelerator=None) -> RLRun:
     if cfg.resume:
         resume(run)
     return run
+
+
+def fit_train_prompts(cfg: RLConfig, run_dir: Path, data, tokenizer, model, main: bool) -> list[list[int]]:
+    """Prompt ids of the training items, each fitting the model's context with ``max_new_tokens``
+    to spare: ``--on-long-item`` cuts, leaves out or refuses the others (``labelrl.data.length``),
+    said before training and saved in ``RUN_DIR/long_items_rl.json``. ``data.train`` becomes the
+    items as prompted (cut texts included), so the rollout log shows what the model saw."""
+    from labelrl.data.length import announce, fit_prompts
+
+    context = getattr(getattr(model, "config", None), "max_position_embeddings", None)
+    if not context:  # no stated context: nothing to fit
+        return prompt_ids(tokenizer, data.train, data, cfg.mode)
+    _, data.train, prompts, report = fit_prompts(
+        tokenizer, data.train, lambda ex: prompt_ids(tokenizer, [ex], data, cfg.mode)[0], context - cfg.max_new_tokens,
+        policy=cfg.on_long_item, stage="training items",
+        limit=f"the model's context of {context} tokens with --max-new-tokens {cfg.max_new_tokens} to spare",
+        fix="lower --max-new-tokens",
+    )
+    if main:
+        announce(report, run_dir / LONG_ITEMS_FILE)
+    return prompts
 
 
 def resume(run: RLRun) -> None:

@@ -44,6 +44,9 @@ from labelrl.train.setup import (
 )
 
 
+LONG_ITEMS_FILE = "long_items_sft.json"
+
+
 @dataclass
 class SFTItem:
     input_ids: list[int]  # prompt then target
@@ -51,7 +54,16 @@ class SFTItem:
 
 
 def build_items(tokenizer, data: RunData, cfg: SFTConfig, traces: dict[str, str] | None) -> list[SFTItem]:
-    """Prompt ids + assistant target ids (+ end of turn) for every training example."""
+    """Prompt ids + assistant target ids (+ end of turn) for every training example.
+
+    An item whose prompt and target exceed ``--max-length`` is cut, left out or refused by
+    ``--on-long-item`` (``labelrl.data.length``); the count and ids are printed before training
+    and saved in ``RUN_DIR/long_items_sft.json``.
+    """
+    from accelerate import PartialState
+
+    from labelrl.data.length import announce, fit_prompts
+
     examples = data.train
     if traces is not None:
         examples = [ex for ex in examples if ex.id in traces]
@@ -62,24 +74,21 @@ def build_items(tokenizer, data: RunData, cfg: SFTConfig, traces: dict[str, str]
         examples = [ex for ex in examples if ex.id in keep]
         if not examples:
             raise ValueError(f"--only-ids-from {cfg.only_ids_from}: no kept trace matches a training item id; "
-                             "distill traces from this run's train split (--run-dir)")
+                             "distill traces from this run's train split (`labelrl distill --run-dir RUN`)")
     labels = [ex.label for ex in examples]
     if cfg.shuffle_labels:
         random.Random(cfg.seed).shuffle(labels)
-    prompts = prompt_ids(tokenizer, examples, data, cfg.mode)
-    items, too_long = [], []
-    for ex, label, p_ids in zip(examples, labels, prompts):
-        target = answer_target(label, cfg.mode, trace=traces.get(ex.id) if traces else None)
-        t_ids = tokenizer(target, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
-        if len(p_ids) + len(t_ids) > cfg.max_length:
-            too_long.append(ex.id)
-        items.append(SFTItem(p_ids + t_ids, len(p_ids)))
-    if too_long:
-        raise ValueError(
-            f"{len(too_long)} training items exceed --max-length {cfg.max_length} tokens "
-            f"(first: id {too_long[0]}); raise --max-length or shorten the texts"
-        )
-    return items
+    targets = [tokenizer(answer_target(label, cfg.mode, trace=traces.get(ex.id) if traces else None),
+                         add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+               for ex, label in zip(examples, labels)]
+    kept, _, prompts, report = fit_prompts(
+        tokenizer, examples, lambda ex: prompt_ids(tokenizer, [ex], data, cfg.mode)[0],
+        [cfg.max_length - len(t) for t in targets], policy=cfg.on_long_item, stage="training items",
+        limit=f"--max-length {cfg.max_length} with their answer", fix="raise --max-length",
+    )
+    if PartialState().is_main_process:
+        announce(report, Path(cfg.out) / LONG_ITEMS_FILE)
+    return [SFTItem(p_ids + targets[i], len(p_ids)) for i, p_ids in zip(kept, prompts)]
 
 
 def sft_loss(model, batch: list[SFTItem], pad: int) -> torch.Tensor:
