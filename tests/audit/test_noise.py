@@ -219,3 +219,78 @@ def test_audit_dataset_zero_conflicts_reports_an_upper_bound():
     assert any("d ≤ 0.0722" in n and "ε ≤ 0.0375" in n and "ceiling ≥ 0.963" in n for n in many["notes"])
     with pytest.raises(ValueError, match="top=-1"):
         audit_dataset(make_dataset([("hi", "a")]), top=-1)
+
+
+# ------------------------------------------------------------------ heavy-tailed duplicate groups
+
+
+def heavy_tailed_rows():
+    """One text copied 30 times with labels split 15/15, twenty agreeing pairs, fifty singletons."""
+    rows = [("the big one", "a" if i < 15 else "b") for i in range(30)]
+    rows += [(f"small {j}", "a") for j in range(20) for _ in range(2)]
+    rows += [(f"unique {j}", "ab"[j % 2]) for j in range(50)]
+    return rows
+
+
+def test_group_weighted_estimate_counts_each_group_once():
+    from labelrl.audit.noise import group_weighted_noise, largest_group_pair_shares
+
+    counts = group_label_counts(groups_from([["a"] * 15 + ["b"] * 15] + [["a", "a"]] * 20), BINARY)
+    # Pair-weighted: 15·15 = 225 disagreeing of 435 + 20 = 455 pairs → d = 0.4945.
+    # Group-weighted: the big group's own d = 225/435 = 0.5172, twenty groups at 0 → 0.5172/21 = 0.02463;
+    # ε = (1 − √(1 − 2·0.02463))/2 = 0.01247 (eq. 1 inverted, K = 2).
+    weighted = group_weighted_noise(counts, 2, n_boot=0, seed=0)
+    assert weighted["disagreement_rate"] == pytest.approx(225 / 435 / 21)
+    assert weighted["flip_rate"] == pytest.approx((1 - math.sqrt(1 - 2 * 225 / 435 / 21)) / 2)
+    assert weighted["ceiling"] == pytest.approx(1 - weighted["flip_rate"]) and weighted["n_groups"] == 21
+    # Share of pairs in the largest 1, 2, 3 groups: 435/455, 436/455, 437/455.
+    assert largest_group_pair_shares(counts) == pytest.approx([435 / 455, 436 / 455, 437 / 455])
+    # With equal groups the two weightings agree: three pairs, one of them disagreeing → d = 1/3 both ways.
+    even = group_label_counts(groups_from([["a", "b"], ["a", "a"], ["b", "b"]]), BINARY)
+    assert group_weighted_noise(even, 2, n_boot=0, seed=0)["disagreement_rate"] == pytest.approx(
+        duplicate_noise(groups_from([["a", "b"], ["a", "a"], ["b", "b"]]), BINARY, n_boot=0)["disagreement_rate"])
+
+
+def test_group_weighted_interval_resamples_groups():
+    from labelrl.audit.noise import group_weighted_noise
+
+    counts = group_label_counts(groups_from([["a"] * 15 + ["b"] * 15] + [["a", "a"]] * 20), BINARY)
+    weighted = group_weighted_noise(counts, 2, n_boot=400, seed=3)
+    lo, hi = weighted["disagreement_rate_ci"]
+    # A resample holds the big group k times out of 21 draws: d = 0.5172·k/21, so the interval
+    # runs from 0 (k = 0, probability (20/21)^21 ≈ 0.36) to a few copies' worth; never past 0.5172.
+    assert lo == 0.0 and 0.0 < hi <= 225 / 435
+    assert weighted["ceiling_ci"][1] == 1.0
+
+
+def test_audit_notes_say_when_a_few_groups_hold_most_pairs():
+    report = audit_dataset(make_dataset(heavy_tailed_rows()), n_boot=100)
+    assert report["concentrated_pairs"] == {"n_groups": 1, "share": pytest.approx(435 / 455), "copies": [30]}
+    [note] = [n for n in report["notes"] if "largest group" in n]
+    assert "the largest group (30 copies) holds 96% of the 455 duplicate pairs" in note
+    assert "pair-weighted d = 0.495 rests mostly on it" in note
+    assert f"Counting each of the 21 groups once: d = {225 / 435 / 21:.3f} (95% CI" in note
+    assert "d = 2ε(1 − ε) for two labels (Angluin & Laird 1988)" in note
+
+
+def test_audit_notes_are_quiet_when_pairs_are_spread():
+    # 25 groups of 2 to 4 copies: the largest 3 hold 18 of 86 pairs; no note, same d both ways
+    rows = [(f"item {g}", "ab"[(g + i) % 2 if g % 5 == 0 else 0]) for g in range(25) for i in range(2 + g % 3)]
+    report = audit_dataset(make_dataset(rows), n_boot=0)
+    assert report["largest_groups_pair_share"][2] < 0.5 and report["concentrated_pairs"] is None
+    assert not any("largest group" in n for n in report["notes"])
+
+
+def test_audit_cli_table_shows_the_group_weighted_rows_when_pairs_are_concentrated(tmp_path):
+    import json
+
+    from rich.console import Console
+
+    from labelrl.cli.audit import AuditConfig, run_audit
+
+    path = tmp_path / "heavy.jsonl"
+    path.write_text("".join(json.dumps({"text": t, "label": y}) + "\n" for t, y in heavy_tailed_rows()))
+    console = Console(record=True, width=200)
+    run_audit(AuditConfig(data=str(path), n_boot=50), console)
+    text = console.export_text()
+    assert "d: each group once" in text and "ceiling: each group once" in text and "holds 96% of the 455" in text

@@ -16,6 +16,12 @@ labelled together (or reconciled by the dataset's authors) agree more often, whi
 Pairs are weighted equally: a group of n copies gives n(n − 1)/2 pairs, so d is the
 probability that two random copies of the same item, drawn over all such pairs, disagree.
 Pairs inside a group are not independent, so intervals resample whole groups.
+
+A group of 300 copies gives 44,850 pairs, a group of 2 gives one: when a few groups hold most
+of the pairs (retweets copied hundreds of times), the pair-weighted d is mostly theirs. Eq. 1
+holds within every group whatever its size, so the mean of the groups' own disagreement rates
+(each group counted once, ``group_weighted_noise``) estimates the same d; the two differ when
+the big groups are noisier or cleaner than the rest, and the audit reports both.
 """
 
 from __future__ import annotations
@@ -214,7 +220,9 @@ def duplicate_noise(
     Keys: n_duplicate_groups, n_conflicting_groups, n_pairs, n_disagreeing_pairs,
     disagreement_rate, flip_rate, flip_rate_reason, ceiling, kappa, and for ordinal label
     spaces mean_abs_grade_diff (mean |grade index difference| over pairs); each estimate has a
-    ``<name>_ci`` sibling [lo, hi] (None without pairs or with ``n_boot=0``).
+    ``<name>_ci`` sibling [lo, hi] (None without pairs or with ``n_boot=0``). Beside them,
+    ``group_weighted`` (d, ε, ceiling with each group counted once: ``group_weighted_noise``)
+    and ``largest_groups_pair_share`` (the share of pairs in the largest 1, 2 and 3 groups).
 
     Intervals are percentile intervals over ``n_boot`` resamples of whole groups. In a
     resample whose d exceeds (K − 1)/K, ε is taken at its maximum (K − 1)/K (labels carry
@@ -246,6 +254,8 @@ def duplicate_noise(
         names.append("mean_abs_grade_diff")
     for name in names:
         result[f"{name}_ci"] = None
+    result["group_weighted"] = group_weighted_noise(counts, k, n_boot=n_boot, seed=seed)
+    result["largest_groups_pair_share"] = largest_group_pair_shares(counts)
     if n_pairs == 0 or n_boot == 0:
         return result
     boot = stats_from_totals(bootstrap_totals(features, n_boot, seed))
@@ -259,6 +269,42 @@ def duplicate_noise(
     if labels.kind == "ordinal":
         result["mean_abs_grade_diff_ci"] = interval(boot["mean_abs_grade_diff"])
     return result
+
+
+def group_weighted_noise(counts: np.ndarray, k: int, *, n_boot: int, seed: int | Sequence[int]) -> dict:
+    """d, ε and the ceiling with each duplicate group counted once: d is the mean over groups of
+    the share of the group's pairs that disagree (eq. 1 applies to each group alone), with a
+    95% interval from ``n_boot`` resamples of whole groups. None values without groups."""
+    counts = np.asarray(counts, dtype=float)
+    features = group_features(counts)
+    result: dict = {"n_groups": int(counts.shape[0])}
+    for name in ("disagreement_rate", "flip_rate", "ceiling"):
+        result[name] = result[f"{name}_ci"] = None
+    if counts.shape[0] == 0:
+        return result
+    rates = 1.0 - features[:, _AGREE] / features[:, _PAIRS]  # [n_groups] each group's own d
+    d = float(rates.mean())
+    eps = flip_rate_from_disagreement(d, k)
+    result.update(disagreement_rate=d, flip_rate=eps, ceiling=None if eps is None else 1.0 - eps)
+    if n_boot:
+        per_group = np.stack([rates, np.ones_like(rates)], axis=1)  # resample sums: Σ rates, n groups
+        totals = bootstrap_totals(per_group, n_boot, seed)
+        boot_d = totals[:, 0] / totals[:, 1]
+        result["disagreement_rate_ci"] = interval(boot_d)
+        if eps is not None:
+            boot_eps = flip_rates(boot_d, k)
+            result["flip_rate_ci"] = interval(boot_eps)
+            result["ceiling_ci"] = interval(1.0 - boot_eps)
+    return result
+
+
+def largest_group_pair_shares(counts: np.ndarray, top: int = 3) -> list[float]:
+    """Share of all pairs held by the largest 1, 2, …, ``top`` groups (cumulative, by pairs)."""
+    pairs = np.sort(group_features(np.asarray(counts, dtype=float))[:, _PAIRS])[::-1]
+    total = pairs.sum()
+    if total == 0:
+        return []
+    return [float(x) for x in np.cumsum(pairs[:top]) / total]
 
 
 def homogeneity_test(table: Mapping[str, tuple[int, int]]) -> dict:

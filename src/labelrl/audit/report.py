@@ -11,6 +11,11 @@ from labelrl.audit.raters import rater_noise, rating_map_for
 from labelrl.types import Dataset
 
 SMALL_GROUP_COUNT = 30
+# "A few groups hold most of the pairs": the largest CONCENTRATED_GROUPS (or fewer) groups hold
+# at least CONCENTRATED_SHARE of the pairs, among at least MIN_GROUPS_FOR_CONCENTRATION groups.
+CONCENTRATED_GROUPS = 3
+CONCENTRATED_SHARE = 0.5
+MIN_GROUPS_FOR_CONCENTRATION = 5
 
 
 def _group_record(group: DuplicateGroup) -> dict:
@@ -118,8 +123,9 @@ def audit_dataset(
         (g for g in groups if g.conflicting), key=lambda g: (-g.n_disagreeing_pairs, -g.size)
     )
     report["conflicting_groups"] = [_group_record(g) for g in conflicting]
-    largest = sorted(groups, key=lambda g: -g.size)[:top]
-    report["largest_groups"] = [_group_record(g) for g in largest]
+    largest = sorted(groups, key=lambda g: -g.size)
+    report["largest_groups"] = [_group_record(g) for g in largest[:top]]
+    report["concentrated_pairs"] = concentration(report, [g.size for g in largest[:CONCENTRATED_GROUPS]])
     report["per_rater"] = _per_rater(dataset, n_boot, seed)
     report["notes"] = notes(report)
     return report
@@ -132,6 +138,18 @@ def _per_rater(dataset: Dataset, n_boot: int, seed: int) -> dict | None:
     if rating_map is None:
         return {"skipped": f"no rule maps ratings to the labels {list(dataset.labels.labels)}"}
     return rater_noise(dataset.examples, rating_map, n_boot=n_boot, seed=seed)
+
+
+def concentration(report: dict, largest_sizes: list[int]) -> dict | None:
+    """``{"n_groups", "share", "copies"}`` when the largest few groups hold most of the pairs
+    (see ``CONCENTRATED_SHARE``), else None: then the pair-weighted d is mostly theirs."""
+    shares = report.get("largest_groups_pair_share") or []
+    if report["n_duplicate_groups"] < MIN_GROUPS_FOR_CONCENTRATION:
+        return None
+    m = next((i + 1 for i, share in enumerate(shares[:CONCENTRATED_GROUPS]) if share >= CONCENTRATED_SHARE), None)
+    if m is None:
+        return None
+    return {"n_groups": m, "share": shares[m - 1], "copies": largest_sizes[:m]}
 
 
 def _ci(block: dict, name: str) -> str:
@@ -147,6 +165,8 @@ def notes(report: dict) -> list[str]:
     if report["n_skipped_rows"]:
         out.append(f"{report['n_skipped_rows']} rows were skipped while loading and are not audited.")
     out.append(_headline(report, k, variants))
+    if report.get("concentrated_pairs") and report["disagreement_rate"] is not None:
+        out.append(_concentration_note(report, k))
     if variants:
         out.append(
             f"{variants} of {report['n_conflicting_groups']} conflicting groups join texts that differ before "
@@ -204,6 +224,30 @@ def _headline(report: dict, k: int, variants: int) -> str:
             f"model can score above ≈ {report['ceiling']:.3f} accuracy against these labels."
         )
     return line
+
+
+def _concentration_note(report: dict, k: int) -> str:
+    """Most pairs come from a few groups: say so, and give d with each group counted once."""
+    c, weighted = report["concentrated_pairs"], report["group_weighted"]
+    one = c["n_groups"] == 1
+    which = "the largest group" if one else f"the largest {c['n_groups']} groups"
+    held = (f"{which} ({' and '.join(str(n) for n in c['copies'])} copies) {'holds' if one else 'hold'} "
+            f"{c['share']:.0%} of the {report['n_pairs']:,} duplicate pairs")
+    if report["n_disagreeing_pairs"] == 0:
+        return (f"{held}, so the bound above leans on {'it' if one else 'them'} (it treats their pairs as "
+                f"independent); counted once each, none of the {weighted['n_groups']} groups has conflicting labels.")
+    line = (
+        f"{held}, so the pair-weighted d = {report['disagreement_rate']:.3f} rests mostly on {'it' if one else 'them'}. "
+        f"Counting each of the {weighted['n_groups']} groups once: d = {weighted['disagreement_rate']:.3f}"
+        f"{_ci(weighted, 'disagreement_rate')}"
+    )
+    if weighted["flip_rate"] is not None:
+        line += (f", ε ≈ {weighted['flip_rate']:.3f}{_ci(weighted, 'flip_rate')}, ceiling ≈ "
+                 f"{weighted['ceiling']:.3f}{_ci(weighted, 'ceiling')}")
+    formula = "d = 2ε(1 − ε) for two labels" if k == 2 else f"d = 1 − (1 − ε)² − ε²/(K − 1) for K = {k} labels"
+    return (line + f". Both estimate the disagreement of symmetric label noise, {formula} (Angluin & Laird 1988), "
+            "which holds within every group whatever its size; they differ when the largest groups are noisier or "
+            "cleaner than the rest.")
 
 
 def _split_notes(report: dict) -> list[str]:

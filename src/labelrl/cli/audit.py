@@ -103,6 +103,9 @@ def _noise_table(report: dict) -> Table:
     for name, title in NOISE_ROWS:
         if name in report:
             table.add_row(title, *[_number(s, name) for s in scopes.values()])
+    if report.get("concentrated_pairs"):  # a few groups hold most pairs: show the estimate that counts each once
+        for name, title in (("disagreement_rate", "d: each group once"), ("ceiling", "ceiling: each group once")):
+            table.add_row(title, *[_number(s.get("group_weighted") or {}, name) for s in scopes.values()])
     return table
 
 
