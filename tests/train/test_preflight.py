@@ -21,8 +21,13 @@ def test_a_second_writer_to_a_locked_run_dir_is_refused_with_the_holder_named(wa
 
 
 def test_prompts_that_cannot_fit_the_context_are_refused(warm_model, toy_data, rl_config, tmp_path):
-    with pytest.raises(ValueError, match=r"(\d+) of \1 prompts \(longest \d+ tokens\) plus 5000 new tokens exceed the model's context of 2048"):
+    with pytest.raises(ValueError, match=r"--max-new-tokens 5000 leaves no room for a prompt in the model's context of "
+                                         r"2048 tokens; lower --max-new-tokens"):
         rl.run_rl(rl_config(warm_model, toy_data, tmp_path / "ctx", max_new_tokens=5000))
+    # a cap that leaves room: every prompt longer than the rest is cut (--on-long-item truncate), or refused
+    with pytest.raises(ValueError, match=r"^(\d+) of \1 training items do not fit the model's context of 2048 tokens with "
+                                         r"--max-new-tokens 2040 to spare .*lower --max-new-tokens$"):
+        rl.run_rl(rl_config(warm_model, toy_data, tmp_path / "ctx2", max_new_tokens=2040, on_long_item="error"))
 
 
 def test_a_full_disk_is_refused_before_training(warm_model, toy_data, rl_config, tmp_path, monkeypatch):

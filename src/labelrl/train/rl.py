@@ -134,6 +134,9 @@ def fit_train_prompts(cfg: RLConfig, run_dir: Path, data, tokenizer, model, main
     context = getattr(getattr(model, "config", None), "max_position_embeddings", None)
     if not context:  # no stated context: nothing to fit
         return prompt_ids(tokenizer, data.train, data, cfg.mode)
+    if cfg.max_new_tokens >= context:
+        raise ValueError(f"--max-new-tokens {cfg.max_new_tokens} leaves no room for a prompt in the model's context of "
+                         f"{context} tokens; lower --max-new-tokens")
     _, data.train, prompts, report = fit_prompts(
         tokenizer, data.train, lambda ex: prompt_ids(tokenizer, [ex], data, cfg.mode)[0], context - cfg.max_new_tokens,
         policy=cfg.on_long_item, stage="training items",
