@@ -66,6 +66,8 @@ PRINTED_BY: dict[str, tuple[str, ...]] = {
     "evaluate/io.py:_positive": ("sweep",),
     "evaluate/ledger.py": ("eval",),
     "evaluate/predict.py": ("eval",),
+    # Not called by any command yet (the ladder and report will): give it its printers then.
+    "evaluate/paired.py": (),
     "evaluate/route.py": ("route",),
     "evaluate/run.py": ("eval",),
     "evaluate/sweep.py": ("sweep",),
@@ -183,13 +185,13 @@ def test_every_flag_an_error_suggests_exists_on_the_commands_that_print_it():
     flags = command_flags()
     pairs = checked_pairs()
     unmapped = sorted({f"{path}:{line} ({flag})" for path, line, flag, _, printers, named, _ in pairs
-                       if printers is None})
+                       if printers is None and not any(flag in flags[c] for c in named)})
     assert not unmapped, f"add these modules (or functions) to PRINTED_BY: {unmapped}"
     missing = [f"{path}:{line}: {flag} is not a flag of {', '.join(printers or named)}: {message[:120]!r}"
                for path, line, flag, message, printers, named, in_snippet in pairs
-               if not accepted(flag, printers, named, in_snippet, flags)]
+               if not accepted(flag, printers or (), named, in_snippet, flags)]
     assert not missing, "\n".join(missing)
-    assert {c for *_, printers, named, _ in pairs for c in (*printers, *named)} <= set(flags)
+    assert {c for *_, printers, named, _ in pairs for c in (*(printers or ()), *named)} <= set(flags)
 
 
 def test_the_walk_reaches_the_messages_of_the_issue():
