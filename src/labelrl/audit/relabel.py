@@ -25,12 +25,11 @@ parsed; else the judge's label when it parsed; else the original label (nothing 
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import io
 import json
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -159,7 +158,7 @@ def run_relabel(
 ) -> dict:
     """Run the phases of the module docstring; returns the summary (``summarise``).
 
-    ``console`` (a rich Console) shows a progress bar per phase; ``on_record(kind, id)`` is
+    ``console`` (a rich Console) shows a count with an ETA per phase; ``on_record(kind, id)`` is
     called after each journal line. A JudgeError keeps everything already journaled and is
     re-raised with how much is saved and how to resume.
     """
@@ -169,19 +168,19 @@ def run_relabel(
               "rubric_sha256": hashlib.sha256(rubric.encode("utf-8")).hexdigest(), "judge": judge.name}
     journal = Journal(paths.journal, header)
     done = journal.records
-    with _progress(console) as progress:
-        def phase(kind: str, title: str, who: Judge, todo: list[Example], **kw: Any) -> None:
-            _run_phase(kind, title, who, todo, journal, progress, on_record, **kw)
 
-        phase("judge", "judging", judge, [ex for ex in items.examples if ex.id not in done["judge"]])
-        low = [ex for ex in items.examples if needs_adjudication(done["judge"][ex.id], min_confidence)]
-        if adjudicator is not None:
-            todo = [ex for ex in low if done["adjudicate"].get(ex.id, {}).get("by") != adjudicator.name]
-            phase("adjudicate", "adjudicating", adjudicator, todo)
-        by_id = {ex.id: ex for ex in items.examples}
-        sample = self_agreement_ids(items.examples, self_agreement_sample, seed)
-        todo = [by_id[i] for i in sample if done["retest"].get(i, {}).get("seed") != seed]
-        phase("retest", "self-agreement", judge, todo, sample_seed=seed)
+    def phase(kind: str, title: str, who: Judge, todo: list[Example], **kw: Any) -> None:
+        _run_phase(kind, title, who, todo, journal, console, on_record, **kw)
+
+    phase("judge", "judging", judge, [ex for ex in items.examples if ex.id not in done["judge"]])
+    low = [ex for ex in items.examples if needs_adjudication(done["judge"][ex.id], min_confidence)]
+    if adjudicator is not None:
+        todo = [ex for ex in low if done["adjudicate"].get(ex.id, {}).get("by") != adjudicator.name]
+        phase("adjudicate", "adjudicating", adjudicator, todo)
+    by_id = {ex.id: ex for ex in items.examples}
+    sample = self_agreement_ids(items.examples, self_agreement_sample, seed)
+    todo = [by_id[i] for i in sample if done["retest"].get(i, {}).get("seed") != seed]
+    phase("retest", "self-agreement", judge, todo, sample_seed=seed)
     rows = output_rows(items, journal, adjudicator, min_confidence)
     write_rows(paths.out, rows)
     if items.skipped_rows:  # --on-bad-row skip: said (a note) and saved, never silent
@@ -193,46 +192,29 @@ def run_relabel(
     return summary
 
 
-def _run_phase(kind: str, title: str, who: Judge, todo: list[Example], journal: Journal, progress,
+def _run_phase(kind: str, title: str, who: Judge, todo: list[Example], journal: Journal, console,
                on_record: OnRecord | None, sample_seed: int | None = None) -> None:
+    """Ask ``who`` about ``todo``, journaling each answer; a count with an ETA on ``console``'s
+    stream (a bar on a terminal, plain lines elsewhere; nothing when ``console`` is None)."""
+    from labelrl.progress import Counter
+
     if not todo:
         return
-    task = progress.add_task(title, total=len(todo)) if progress is not None else None
     extra = {"seed": sample_seed} if sample_seed is not None else {}
+    with Counter(len(todo), title, quiet=console is None, console=console) as count:
 
-    def save(index: int, verdict: Verdict) -> None:
-        journal.add(kind, todo[index].id, verdict, who.name, **extra)
-        if task is not None:
-            progress.advance(task)
-        if on_record is not None:
-            on_record(kind, todo[index].id)
+        def save(index: int, verdict: Verdict) -> None:
+            journal.add(kind, todo[index].id, verdict, who.name, **extra)
+            count.advance()
+            if on_record is not None:
+                on_record(kind, todo[index].id)
 
-    try:
-        who.label(todo, sample_seed=sample_seed, on_result=save)
-    except JudgeError as exc:
-        saved = {k: len(v) for k, v in journal.records.items() if v}
-        counts = ", ".join(f"{n} {k}" for k, n in saved.items()) or "nothing yet"
-        raise JudgeError(f"{exc}. Saved so far in {journal.path}: {counts}; re-run the same command to resume") from None
-
-
-@contextlib.contextmanager
-def _progress(console) -> Iterator[Any]:
-    """A rich progress bar on ``console`` (none without one; hidden off a terminal, where a bar
-    cannot redraw); transient, so it gives way to the summary or to an error line."""
-    if console is None:
-        yield None
-        return
-    from rich.progress import (
-        BarColumn,
-        MofNCompleteColumn,
-        Progress,
-        TextColumn,
-        TimeRemainingColumn,
-    )
-
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
-    with Progress(*columns, console=console, transient=True, disable=not console.is_terminal) as bar:
-        yield bar
+        try:
+            who.label(todo, sample_seed=sample_seed, on_result=save)
+        except JudgeError as exc:
+            saved = {k: len(v) for k, v in journal.records.items() if v}
+            counts = ", ".join(f"{n} {k}" for k, n in saved.items()) or "nothing yet"
+            raise JudgeError(f"{exc}. Saved so far in {journal.path}: {counts}; re-run the same command to resume") from None
 
 
 def _decide(original: str, judged: dict, adjudged: dict | None) -> tuple[str, str]:

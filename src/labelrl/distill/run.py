@@ -85,6 +85,7 @@ def run_distill_config(cfg: DistillConfig) -> dict:
     from labelrl.distill.teacher import distill_paths, run_distill
     from labelrl.evaluate.io import read_predictions
     from labelrl.fileio import atomic_write_json, read_jsonl
+    from labelrl.progress import Counter
 
     paths = distill_paths(cfg.out)
     rubric = read_rubric(cfg.rubric) if cfg.rubric is not None else None
@@ -99,9 +100,10 @@ def run_distill_config(cfg: DistillConfig) -> dict:
     spec = cfg.teacher_spec()
     spec.check()
     teacher = load_judge(spec, labels, rubric)
-    records = run_distill(examples, labels, rubric, teacher, paths, attempts=cfg.attempts, keep=cfg.keep,
-                          max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, seed=cfg.seed,
-                          concurrency=cfg.concurrency if spec.is_endpoint else 1)
+    with Counter(len(examples), f"distilling traces from {teacher.name}") as count:
+        records = run_distill(examples, labels, rubric, teacher, paths, attempts=cfg.attempts, keep=cfg.keep,
+                              max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, seed=cfg.seed,
+                              concurrency=cfg.concurrency if spec.is_endpoint else 1, on_item=lambda _: count.advance())
     attempts = [r for r in read_jsonl(paths.journal) if r.get("kind") == "attempt"]
     summary = survival_summary(records, confidence=confidence, attempts=attempts)
     summary.update(teacher=teacher.name, attempts=cfg.attempts, keep=cfg.keep, trace_length_unit="characters",

@@ -232,10 +232,32 @@ def fit_to_context(setup: EvalSetup, method: str, max_new_tokens: int | None):
     return examples, prompts, report
 
 
-def _score(setup: EvalSetup, prompts: list[list[int]], batch_size: int) -> tuple[list, list, object]:
-    from labelrl.evaluate.score import score_labels
+def score_counted(model, tokenizer, prompts: list[list[int]], labels: LabelSpace, *, batch_size: int, description: str,
+                  plain: bool = False):
+    """``score_labels`` of ``prompts`` [N, K], a batch at a time, with a count and an ETA
+    (``labelrl.progress.Counter``): scoring a split of long texts takes minutes on a CPU."""
+    import torch
 
-    probs = score_labels(setup.model, setup.tokenizer, prompts, setup.data.labels, batch_size=batch_size).double().numpy()
+    from labelrl.evaluate.score import score_labels
+    from labelrl.progress import Counter
+
+    rows = []
+    with Counter(len(prompts), description, plain=plain) as count:
+        for start in range(0, len(prompts), batch_size):
+            rows.append(score_labels(model, tokenizer, prompts[start : start + batch_size], labels, batch_size=batch_size))
+            count.advance(len(rows[-1]))
+    return torch.cat(rows) if rows else torch.zeros((0, labels.k))
+
+
+def _describe(setup: EvalSetup, what: str) -> str:
+    """``scoring holdout of vader-tweets``: the phase as the progress display names it."""
+    data = setup.data
+    return f"{what} {data.split} of {Path(str(data.options.data)).name}"
+
+
+def _score(setup: EvalSetup, prompts: list[list[int]], batch_size: int) -> tuple[list, list, object]:
+    probs = score_counted(setup.model, setup.tokenizer, prompts, setup.data.labels, batch_size=batch_size,
+                          description=_describe(setup, "scoring")).double().numpy()
     names = setup.data.labels.labels
     return [names[i] for i in probs.argmax(axis=1)], ["ok"] * len(prompts), probs
 
@@ -254,6 +276,7 @@ def generation_cap(setup: EvalSetup, max_new_tokens: int | None) -> int:
 
 
 def _generate(setup: EvalSetup, prompts: list[list[int]], batch_size: int, max_new_tokens: int | None) -> tuple[list, list, None]:
+    from labelrl.progress import Counter
     from labelrl.rewards import parse_answer
     from labelrl.rollout import BACKENDS
 
@@ -261,14 +284,16 @@ def _generate(setup: EvalSetup, prompts: list[list[int]], batch_size: int, max_n
     cap = generation_cap(setup, max_new_tokens)
     pad = pad_id(tok)
     preds, statuses = [], []
-    for start in range(0, len(prompts), batch_size):
-        batch = sampler(setup.model, prompts[start : start + batch_size], group_size=1, max_new_tokens=cap,
-                        eos_token_ids=tok.eos_token_id, pad_token_id=pad, temperature=0.0)
-        for ids, truncated in zip(batch.completion_ids, batch.truncated):
-            text = tok.decode(ids, skip_special_tokens=True)
-            parsed = parse_answer(text, reasoning=data.options.mode == "reasoning", labels=data.labels, truncated=truncated)
-            preds.append(parsed.answer)
-            statuses.append(parsed.status.value)
+    with Counter(len(prompts), _describe(setup, "generating answers for")) as count:
+        for start in range(0, len(prompts), batch_size):
+            batch = sampler(setup.model, prompts[start : start + batch_size], group_size=1, max_new_tokens=cap,
+                            eos_token_ids=tok.eos_token_id, pad_token_id=pad, temperature=0.0)
+            for ids, truncated in zip(batch.completion_ids, batch.truncated):
+                text = tok.decode(ids, skip_special_tokens=True)
+                parsed = parse_answer(text, reasoning=data.options.mode == "reasoning", labels=data.labels, truncated=truncated)
+                preds.append(parsed.answer)
+                statuses.append(parsed.status.value)
+            count.advance(len(batch.completion_ids))
     return preds, statuses, None
 
 

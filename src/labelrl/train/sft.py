@@ -21,7 +21,6 @@ from labelrl.data.prepare import RunData, prepare_data, prompt_ids
 from labelrl.data.prompts import answer_target
 from labelrl.data.sample import sample_examples
 from labelrl.evaluate.metrics import basic_metrics
-from labelrl.evaluate.score import score_labels
 from labelrl.fileio import RunLock, append_jsonl, atomic_write_json
 from labelrl.models.prepare import prepare_model
 from labelrl.rollout.sampler import model_device, pad_id
@@ -128,7 +127,11 @@ def evaluate_val(model, tokenizer, data: RunData, cfg: SFTConfig) -> dict[str, f
         return {}
     prompts = prompt_ids(tokenizer, val, data, cfg.mode)
     if cfg.mode == "direct":
-        probs = score_labels(model, tokenizer, prompts, data.dataset.labels)
+        from labelrl.evaluate.predict import score_counted
+
+        limit = f"--eval-limit {cfg.eval_limit} of {len(data.val)}" if cfg.eval_limit else f"all {len(data.val)}"
+        probs = score_counted(model, tokenizer, prompts, data.dataset.labels, batch_size=16,
+                              description=f"scoring val ({limit})", plain=cfg.quiet)
         names = data.dataset.labels.labels
         pred = [names[i] for i in probs.argmax(-1).tolist()]
     else:

@@ -1,0 +1,108 @@
+"""No silent minutes: a count with an ETA, as a bar on a terminal and as plain lines elsewhere."""
+
+from __future__ import annotations
+
+import io
+import re
+
+import pytest
+from rich.console import Console
+
+from labelrl import progress
+from labelrl.progress import Counter, clock, hosting
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def fake_time(monkeypatch):
+    clock_ = FakeClock()
+    monkeypatch.setattr(progress.time, "monotonic", clock_)
+    return clock_
+
+
+def test_plain_lines_give_the_count_the_elapsed_time_and_an_eta(fake_time):
+    stream = io.StringIO()
+    console = Console(file=stream, force_terminal=False)
+    with Counter(400, "scoring val", console=console) as count:
+        fake_time.now += 12
+        count.advance(64)  # 12 s after the start line: a line (at least every PLAIN_EVERY = 10 s)
+        fake_time.now += 3
+        count.advance(16)  # 3 s later: no line
+        fake_time.now += 60
+        count.advance(320)
+    lines = stream.getvalue().splitlines()
+    # 64 done in 12 s → 336 left at 0.1875 s each = 63 s
+    assert lines == [
+        "scoring val: 0/400 items, 0:00:00 elapsed",
+        "scoring val: 64/400 items, 0:00:12 elapsed, eta 0:01:03",
+        "scoring val: 400/400 items, 0:01:15 elapsed",
+    ]
+
+
+def test_the_end_line_is_printed_once(fake_time):
+    stream = io.StringIO()
+    with Counter(2, "x", console=Console(file=stream, force_terminal=False)) as count:
+        fake_time.now += 11
+        count.advance(2)  # this line already says 2/2
+    assert stream.getvalue().count("2/2") == 1
+
+
+def test_a_terminal_gets_a_bar_with_the_count_and_eta():
+    stream = io.StringIO()
+    console = Console(file=stream, force_terminal=True, width=120)
+    with Counter(8, "scoring holdout", console=console) as count:
+        count.advance(3)
+        count.advance(5)
+    shown = stream.getvalue()
+    assert "scoring holdout" in shown and "8/8" in shown and "eta" in shown
+    assert "elapsed" not in shown  # the bar, not the plain lines
+
+
+def test_inside_a_live_display_the_count_goes_to_its_status(fake_time):
+    statuses: list[str] = []
+    stream = io.StringIO()
+    with hosting(statuses.append):
+        with Counter(200, "scoring val", console=Console(file=stream, force_terminal=True)) as count:
+            fake_time.now += 10
+            count.advance(50)
+    assert stream.getvalue() == ""  # no second display
+    assert statuses == ["scoring val 0/200", "scoring val 50/200, eta 0:00:30", "", ""]
+
+
+def test_quiet_shows_nothing_and_plain_forces_lines_on_a_terminal(fake_time):
+    stream = io.StringIO()
+    with Counter(3, "x", quiet=True, console=Console(file=stream, force_terminal=True)) as count:
+        count.advance(3)
+    assert stream.getvalue() == "" and count.done == 3
+    with Counter(3, "y", plain=True, console=Console(file=stream, force_terminal=True)) as count:
+        count.advance(3)
+    assert re.findall(r"y: \d/3 items", stream.getvalue()) == ["y: 0/3 items", "y: 3/3 items"]
+
+
+def test_clock():
+    assert clock(0) == "0:00:00" and clock(75.4) == "0:01:15" and clock(3723) == "1:02:03"
+
+
+def test_scoring_a_split_counts_every_item(tmp_path, capsys):
+    """``score_counted`` equals ``score_labels`` in one call and says how far it got."""
+    import torch
+
+    from labelrl.evaluate.predict import score_counted
+    from labelrl.evaluate.score import score_labels
+    from labelrl.models import load_model
+    from labelrl.types import LabelSpace
+
+    model, tokenizer = load_model("tiny-random")
+    labels = LabelSpace(("ham", "spam"), kind="binary", positive="spam")
+    prompts = [tokenizer(f"message number {i} " * (1 + i % 4))["input_ids"] for i in range(11)]
+    counted = score_counted(model, tokenizer, prompts, labels, batch_size=4, description="scoring val", plain=True)
+    assert torch.allclose(counted, score_labels(model, tokenizer, prompts, labels, batch_size=4), atol=1e-6)
+    err = capsys.readouterr().err
+    assert "scoring val: 0/11 items" in err and "scoring val: 11/11 items" in err
