@@ -25,7 +25,7 @@ class AuditConfig(BaseModel):
     label_col: Optional[str] = Field(None, description="Label column; default: the built-in's, else 'label'.")
     labels: Optional[str] = Field(None, description="The label set in order, comma-separated (lowest grade first for ordinal), e.g. ham,spam.")
     on_bad_row: Literal["error", "skip"] = Field("error", description="What to do with a malformed row: stop with an error naming it, or skip it (the audit notes how many; --json lists them).")
-    delimiter: Optional[str] = Field(None, description="CSV files only: the delimiter (',', ';', tab, '|'); sniffed from the header when omitted.")
+    delimiter: Optional[str] = Field(None, description="CSV files only: the delimiter (',', ';', tab or pipe); sniffed from the header when omitted.")
     key: Optional[str] = Field(None, description="Columns that identify an item, comma-separated (e.g. passage,driver); default: the text.")
     exact: bool = Field(False, description="Count only byte-identical keys as duplicates (default: compare after case-folding, NFKC, punctuation and whitespace removal).")
     top: int = Field(10, description="How many conflicting and largest duplicate groups to print.")

@@ -70,7 +70,7 @@ def show(
     on_bad_row: Annotated[str, typer.Option("--on-bad-row", metavar="error|skip", help=(
         "What to do with a malformed row: 'error' stops naming it; 'skip' skips it and lists it."))] = "error",
     delimiter: Annotated[Optional[str], typer.Option("--delimiter", metavar="CHAR", help=(
-        "CSV files only: the delimiter (',', ';', tab, '|'). Default: sniffed from the header."))] = None,
+        "CSV files only: the delimiter (',', ';', tab or pipe). Default: sniffed from the header."))] = None,
     json_out: Annotated[Optional[Path], typer.Option("--json", metavar="OUT", help=(
         "Also write the numbers (n_rows, label_counts, duplicates, lengths, skipped rows) to this JSON file."))] = None,
 ) -> None:

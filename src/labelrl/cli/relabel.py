@@ -40,7 +40,7 @@ class RelabelConfig(BaseModel):
     labels: Optional[str] = Field(None, description="The label set in order, comma-separated, e.g. ham,spam.")
     limit: Optional[int] = Field(None, description="Relabel only the first N rows (a trial run).")
     on_bad_row: Literal["error", "skip"] = Field("error", description="What to do with a malformed row: stop with an error naming it, or leave it out of the output and list it in OUT.skipped_rows.jsonl.")
-    delimiter: Optional[str] = Field(None, description="CSV files only: the delimiter (',', ';', tab, '|'); sniffed from the header when omitted.")
+    delimiter: Optional[str] = Field(None, description="CSV files only: the delimiter (',', ';', tab or pipe); sniffed from the header when omitted.")
     json_path: Optional[Path] = Field(None, description="Also write the summary to this JSON file (it is always saved as OUT.summary.json).")
 
     @field_validator("min_confidence")

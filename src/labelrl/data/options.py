@@ -27,7 +27,7 @@ class DataOptions(BaseModel):
     split_seed: int = Field(0, description="Seed of the group-aware train/val/holdout split (shared by every run in a run directory) and of the samples drawn from it.")
     split_ratios: str = Field("0.8,0.1,0.1", description="Shares of train, val and holdout, comma-separated, summing to 1 (e.g. 0.7,0.1,0.2 for a larger holdout); part of the splits' fingerprint.")
     label_noise: float = Field(0.0, ge=0, lt=1, description="Control: flip this share of the training labels (seeded by --split-seed, each to another label chosen uniformly); val and holdout keep their labels. The flips are saved in RUN_DIR/label_noise.json.")
-    delimiter: Optional[str] = Field(None, description="CSV files only: the delimiter (',', ';', tab, '|'); sniffed from the header when omitted.")
+    delimiter: Optional[str] = Field(None, description="CSV files only: the delimiter (',', ';', tab or pipe); sniffed from the header when omitted.")
     on_long_item: Literal["truncate", "skip", "error"] = Field("truncate", description="An item whose prompt does not fit (sft: --max-length with its answer; rl: the model's context minus --max-new-tokens; eval: the context minus the answer): cut its text to fit, leave it out, or stop. The count and ids are printed before training and saved in the run directory.")
     mode: Literal["direct", "reasoning"] = Field("direct", description="Answer mode: 'direct' answers <answer>LABEL</answer> at once; 'reasoning' thinks in <think>…</think> first.")
     rubric: Optional[Path] = Field(None, description="Markdown file with the written labelling rules, included in the prompt.")

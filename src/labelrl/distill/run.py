@@ -42,7 +42,7 @@ class DistillConfig(BaseModel):
     label_col: Optional[str] = Field(None, description="Label column; default: the built-in's, else 'label'.")
     labels: Optional[str] = Field(None, description="The label set in order, comma-separated, e.g. ham,spam.")
     on_bad_row: Literal["error", "skip"] = Field("error", description="What to do with a malformed row: stop with an error naming it, or skip it and list it in NAME.skipped_rows.jsonl beside OUT (NAME.jsonl).")
-    delimiter: Optional[str] = Field(None, description="CSV files only: the delimiter (',', ';', tab, '|'); sniffed from the header when omitted.")
+    delimiter: Optional[str] = Field(None, description="CSV files only: the delimiter (',', ';', tab or pipe); sniffed from the header when omitted.")
     json_path: Optional[Path] = Field(None, description="Also write the summary to this JSON file (it is always saved as OUT.summary.json).")
 
     def teacher_spec(self) -> JudgeSpec:

@@ -29,7 +29,7 @@ class EvalConfig(BaseModel):
     split_seed: int = Field(0, description="With --data and no splits.json yet: seed of the split made in --splits.")
     split_ratios: str = Field("0.8,0.1,0.1", description="With --data and no splits.json yet: shares of train, val and holdout of the split made in --splits.")
     on_bad_row: Optional[Literal["error", "skip"]] = Field(None, description="What to do with a malformed row: stop with an error naming it, or skip it (default: the run's choice, else error).")
-    delimiter: Optional[str] = Field(None, description="CSV files only: the delimiter (',', ';', tab, '|') (default: the run's, else sniffed from the header).")
+    delimiter: Optional[str] = Field(None, description="CSV files only: the delimiter (',', ';', tab or pipe) (default: the run's, else sniffed from the header).")
     on_long_item: Optional[Literal["truncate", "skip", "error"]] = Field(None, description="An item whose prompt and answer do not fit the model's context: cut its text to fit, leave it out, or stop (default: the run's choice, else truncate). The count and ids are printed and saved with the predictions.")
     splits: Optional[Path] = Field(None, description="Directory of splits.json and ledger.jsonl (default: the run directory); needed for a bare model.")
     method: Optional[Literal["scores", "generate"]] = Field(None, description="scores: label-token probabilities (direct models); generate: greedy decoding parsed strictly (default: scores for direct mode, generate for reasoning).")
