@@ -129,9 +129,10 @@ def evaluate_val(model, tokenizer, data: RunData, cfg: SFTConfig) -> dict[str, f
     if cfg.mode == "direct":
         from labelrl.evaluate.predict import score_counted
 
-        limit = f"--eval-limit {cfg.eval_limit} of {len(data.val)}" if cfg.eval_limit else f"all {len(data.val)}"
+        what = (f"a val sample (--eval-limit {cfg.eval_limit} of {len(data.val)})" if len(val) < len(data.val)
+                else f"val (all {len(val)}; --eval-limit {cfg.eval_limit})")
         probs = score_counted(model, tokenizer, prompts, data.dataset.labels, batch_size=16,
-                              description=f"scoring val ({limit})", plain=cfg.quiet)
+                              description=f"scoring {what}", plain=cfg.quiet)
         names = data.dataset.labels.labels
         pred = [names[i] for i in probs.argmax(-1).tolist()]
     else:
