@@ -66,6 +66,7 @@ PRINTED_BY: dict[str, tuple[str, ...]] = {
     "evaluate/io.py:_positive": ("sweep",),
     "evaluate/ledger.py": ("eval",),
     "evaluate/predict.py": ("eval",),
+    "evaluate/passk.py": ("eval",),
     # Not called by any command yet (the ladder and report will): give it its printers then.
     "evaluate/paired.py": (),
     "evaluate/route.py": ("route",),
