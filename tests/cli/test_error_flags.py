@@ -77,6 +77,8 @@ PRINTED_BY: dict[str, tuple[str, ...]] = {
     "ladder/recipe.py": ("ladder", "demo"),
     "report/collect.py": ("report",),
     "rewards/grade.py": ("rl", "eval"),
+    "rewards/grade.py:parse_class_rewards": ("rl",),  # --class-reward and --reward-table are rl's
+    "rewards/grade.py:read_reward_table": ("rl",),
     "rewards/truncation.py": ("rl",),
     "advantages/__init__.py": ("rl",),
     "advantages/corpo.py": ("rl",),
