@@ -205,6 +205,11 @@ def example_prompt_ids(tokenizer, data: EvalData, example: Example) -> list[int]
     return tokenizer(render_prompt(tokenizer, messages), add_special_tokens=False)["input_ids"]
 
 
+def prompt_token_ids(tokenizer, data: EvalData) -> list[list[int]]:
+    """Prompt ids of every example as it stands (``fit_to_context`` also fits them to the model)."""
+    return [example_prompt_ids(tokenizer, data, ex) for ex in data.examples]
+
+
 def answer_tokens(tokenizer, labels: LabelSpace, mode: str, method: str, max_new_tokens: int | None) -> int:
     """Tokens an answer may take after the prompt: scoring reads ``<answer>`` and the longest
     label; generating writes up to the token cap."""
