@@ -52,6 +52,7 @@ PRINTED_BY: dict[str, tuple[str, ...]] = {
     "audit/relabel.py": ("relabel",),
     "audit/relabel.py:read_rubric": JUDGES,
     "audit/relabel_journal.py": ("relabel",),
+    "audit/relabel_run.py": ("relabel",),
     "cli/audit.py": ("audit",),
     "cli/distill.py": ("distill", "compare"),
     "cli/distill.py:predictions_path": ("compare",),

@@ -137,8 +137,8 @@ def test_bad_requests_name_the_fix(tmp_path, tiny):
     run = make_run_dir(tmp_path, tiny, mode="reasoning")
     with pytest.raises(ValueError, match="--method generate"):
         predict(str(run), None, "val", method="scores")
-    with pytest.raises(ValueError, match="train is what the model learned from"):
-        predict(str(run), None, "train")
+    with pytest.raises(ValueError, match="evaluate on 'val' or 'holdout'"):
+        predict(str(run), None, "test")
     with pytest.raises(ValueError, match="--splits DIR"):
         predict("tiny-random", DataOptions(data=str(tmp_path / "data.jsonl")), "val")
 

@@ -50,6 +50,8 @@ def toy_recipe(data: Path, teacher_url: str | None) -> dict:
         "noise": {"type": "random_reward", "from": "sft"},
         # fails at run time: every prompt is longer than 16 tokens, which preflight refuses
         "sft_short": {"type": "sft", "max_length": 16},
+        # a local judge relabels the task's samples under the rubric: a second answer key
+        "relabel": {"type": "relabel", "judge": "tiny-random", "self_agreement_sample": 10},
         "rl_short": {"type": "rl", "from": "sft_short"},
     }
     if teacher_url:
@@ -67,7 +69,8 @@ def toy_recipe(data: Path, teacher_url: str | None) -> dict:
                    "max_new_tokens": 8, "checkpoint_every": 1, "quiet": True},
         },
         "tasks": {"toy": {"data": str(data), "text_col": ["text"], "label_col": "label", "limit": 12, "eval_limit": 4,
-                          "holdout_limit": 4, "n_boot": 20, "eval_label_cols": ["label_clean"], "arms": arms}},
+                          "holdout_limit": 4, "n_boot": 20, "eval_label_cols": ["label_clean", "relabel"],
+                          "rubric": str(data.parent / "rubric.md"), "arms": arms}},
     }
 
 
@@ -80,6 +83,7 @@ def write(path: Path, obj) -> Path:
 def ladder_run(tmp_path_factory):
     root = tmp_path_factory.mktemp("ladder")
     data = write(root / "toy.jsonl", toy_rows())
+    (root / "rubric.md").write_text("Answer yes when the item names a fruit, else no.\n", encoding="utf-8")
     with FakeOpenAIServer(teacher) as server:
         recipe_path = write(root / "recipe.yaml", toy_recipe(data, server.url))
         state = Ladder(load_recipe(recipe_path), root / "run", Console(quiet=True)).run()
@@ -90,7 +94,8 @@ def ladder_run(tmp_path_factory):
 def test_every_arm_type_runs_and_failures_are_contained(ladder_run):
     root, _, state, _ = ladder_run
     arms = state["tasks"]["toy"]["arms"]
-    assert {a["type"] for a in arms.values()} == {"sft", "rl", "random_reward", "distill", "cot_sft", "cot_rl", "control"}
+    assert {a["type"] for a in arms.values()} == {"sft", "rl", "random_reward", "distill", "cot_sft", "cot_rl", "control",
+                                                 "relabel"}
     status = {name: a["status"] for name, a in arms.items()}
     assert status.pop("sft_short") == "failed" and "max_length" in arms["sft_short"]["error"].replace("--max-length", "max_length")
     assert status.pop("rl_short") == "skipped" and "sft_short" in arms["rl_short"]["error"]
@@ -105,7 +110,7 @@ def test_arms_share_one_split_and_each_model_looks_at_the_holdout_once(ladder_ru
     root, _, state, _ = ladder_run
     task_dir = root / "run" / "toy"
     shared = (task_dir / "splits.json").read_text()
-    trained = [n for n, a in state["tasks"]["toy"]["arms"].items() if a["status"] == "done" and a["type"] != "distill"]
+    trained = [n for n, a in state["tasks"]["toy"]["arms"].items() if a["status"] == "done" and a["type"] not in ("distill", "relabel")]
     for name in trained:
         assert (task_dir / name / "splits.json").read_text() == shared
         assert (task_dir / "eval" / f"{name}-val.parquet").is_file() and (task_dir / "eval" / f"{name}-holdout.json").is_file()
@@ -162,6 +167,26 @@ def test_other_answer_keys_rescore_the_same_predictions(ladder_run):
         assert keyed["holdout"]["accuracy"] == pytest.approx(accuracy) and keyed["holdout"]["n"] == len(table)
     derived = [r for r in read_jsonl(task / "ledger.jsonl") if r.get("label_col") == "label_clean"]
     assert derived and all(r["derived"] for r in derived)
+
+
+def test_a_relabel_arm_relabels_the_samples_and_becomes_an_answer_key(ladder_run):
+    root, _, state, _ = ladder_run
+    task = root / "run" / "toy"
+    arms = state["tasks"]["toy"]["arms"]
+    samples = json.loads((task / "samples.json").read_text())
+    key = json.loads((task / "relabel" / "answer_key.json").read_text())
+    assert set(key["labels"]) == {i for s in samples.values() for i in s["ids"]}  # exactly the samples' items
+    originals = {r["id"]: r["label"] for r in toy_rows()}
+    assert all(key["original"][i] == originals[i] for i in key["labels"])
+    summary = arms["relabel"]["relabel"]
+    assert summary["n_items"] == len(key["labels"]) and summary["self_agreement"]["n_sample"] == 10
+    # every evaluated arm is also scored against the relabelled answer key, from its own predictions
+    import pyarrow.parquet as pq
+
+    rows = pq.read_table(task / "eval" / "sft-holdout.parquet").to_pylist()
+    accuracy = sum(r["prediction"] == key["labels"][r["id"]] for r in rows) / len(rows)
+    assert arms["sft"]["answer_keys"]["relabel"]["holdout"]["accuracy"] == pytest.approx(accuracy)
+    assert state["tasks"]["toy"]["arm_order"].index("relabel") < state["tasks"]["toy"]["arm_order"].index("sft")
 
 
 def test_rerun_redoes_nothing_finished(ladder_run):

@@ -168,6 +168,7 @@ def build_spam(run: Path, *, sweep_on: bool, distill: bool) -> dict:
                           "ceiling": 1 - d / 2, "ceiling_ci": [1 - d, 1.0]}
                    for name, n, g, d in (("train", 240, 20, 0.05), ("val", 30, 3, 0.0), ("holdout", 30, 2, 0.1))}
     atomic_write_json(task / "audit.json", {"n_rows": 300, "ceiling": 0.96, "ceiling_ci": [0.93, 0.99],
+                                            "disagreement_rate": 0.08, "disagreement_rate_ci": [0.05, 0.11], "n_pairs": 120,
                                             "per_split": split_noise, "uniformity": {"p_value": 0.42}})
     preds = {arm: make_predictions(SPAM, N_VAL, skill, seed) for arm, skill, seed in
              (("sft", 0.5, 1), ("grpo", 0.45, 2), ("corpo", 0.5, 3), ("control", 0.4, 4), ("cot_sft", 0.3, 5))}
@@ -200,6 +201,13 @@ def build_spam(run: Path, *, sweep_on: bool, distill: bool) -> dict:
                           compare_models(held["sft"], held["control"], held["cot_sft"], names=("sft", "control", "cot_sft"), n_boot=40))
     for arm in ("grpo", "corpo"):
         arms[arm].update({"from": "sft", "train": {"failed_positive_frac": 0.1}})
+    arms["relabel"] = arm_entry("spam", "relabel", "relabel", relabel={
+        "n_items": 50, "n_changed": 4, "changed_rate": 0.08, "n_adjudicated": 6, "n_low_confidence": 6, "judge": "judge-x",
+        "agreement_with_original": {"judge": {"n": 50, "agreement": 0.9, "kappa": 0.8, "per_class": {"ham": {"n": 30, "agreement": 0.93},
+                                                                                                    "spam": {"n": 20, "agreement": 0.85}}},
+                                    "final": {"n": 50, "agreement": 0.92, "kappa": 0.83, "per_class": {}}},
+        "self_agreement": {"n_sample": 40, "n_compared": 40, "agreement": 0.95, "agreement_ci": [0.85, 1.0],
+                           "kappa": 0.9, "kappa_ci": [0.7, 1.0]}})
     for arm, counts in (("sft", [0, 2, 4, 4, 1]), ("grpo", [1, 3, 4, 4, 0])):  # pass@2 of 4 samples on 5 val items
         arms[arm]["pass_at_k"] = pass_summary(counts, ["ham", "spam", "spam", "ham", "spam"], n=4, k=2, n_boot=50)
     if sweep_on:  # the derived baseline and the paired comparisons, by the ladder's own writers
@@ -215,7 +223,7 @@ def build_spam(run: Path, *, sweep_on: bool, distill: bool) -> dict:
         result = sweep(val["sft"], compare=[grpo_hard, val["corpo"]])
         atomic_write_json(task / "analysis" / "sweep.json", {**result, "arms": {"base": "sft", "compared": ["grpo", "corpo"]}})
         atomic_write_json(task / "analysis" / "route-grpo.json", {**route(val["sft"], val["grpo"]), "arms": {"a": "sft", "b": "grpo"}})
-    order = ["sft", "grpo", "corpo", "random", "distill", "control", "cot_sft", "cot_rl", "threshold"]
+    order = ["relabel", "sft", "grpo", "corpo", "random", "distill", "control", "cot_sft", "cot_rl", "threshold"]
     return {"data": "sms-spam", "kind": "binary", "labels": list(SPAM.labels), "positive_label": "spam",
             "ceiling": 0.96, "ceiling_ci": [0.93, 0.99], "ceiling_source": "duplicates", "ood": [],
             "arm_order": [a for a in order if a in arms], "arms": arms, **tstate,

@@ -53,7 +53,7 @@ def test_collect_reads_every_part_of_the_ladder_run(ladder_run):
     spam = tasks["spam"]
     arms = {a.name: a for a in spam.arms}
     assert [t.name for t in run.tasks] == ["spam", "movies", "spam_noisy"]  # task_order, not the sorted keys
-    assert [a.name for a in spam.arms] == ["sft", "grpo", "corpo", "random", "distill", "control", "cot_sft", "cot_rl", "threshold"]
+    assert [a.name for a in spam.arms] == ["relabel", "sft", "grpo", "corpo", "random", "distill", "control", "cot_sft", "cot_rl", "threshold"]
     assert (arms["random"].status, arms["random"].error.splitlines()[0]) == ("failed", "ValueError: reward <script>alert(1)</script> broke")
     assert arms["random"].traceback.splitlines() == ["Traceback (most recent call last):", '  File "rl.py", line 3, in step',
                                                      "ValueError: reward <script>alert(1)</script> broke"]
@@ -140,6 +140,7 @@ def test_without_the_ladder_fields_the_audit_gives_the_ceiling_and_types_give_th
     run = collect_run(run_dir)
     spam = next(t for t in run.tasks if t.name == "spam")
     assert (spam.ceiling, spam.ceiling_ci, spam.ceiling_source) == (0.96, [0.93, 0.99], "duplicates")  # audit.json
-    assert [a.name for a in spam.arms] == ["sft", "corpo", "grpo", "random"]  # sft, then rl by name, then controls
+    # relabel, sft, then rl by name, then controls
+    assert [a.name for a in spam.arms] == ["relabel", "sft", "corpo", "grpo", "random"]
     movies = next(t for t in run.tasks if t.name == "movies")
     assert set(movies.analysis_notes) == {"sweep", "route", "compare"}

@@ -95,6 +95,8 @@ def test_table_marks_repeats_and_shows_the_ceiling_and_ood(full):
         assert "label ceiling (1 − ε)" in text and "0.960 [0.930, 0.990]" in text
         assert "OOD vader-tweets" in text and "within-one" in text
         assert "not reproduced" in text and "of items agree" in text  # the sweep verdicts
+        assert "relabelling by judge-x" in text and "original labels: duplicates vs each other" in text
+        assert "0.920 [0.890, 0.950]" in text  # the originals' 1 − d with its interval, beside the judge's retest
         assert "Filter effect" in text and "trace survival" in text
         assert "weights identical to grpo" in text and "rater split-half (aggregated label)" in text
         assert "ROC not drawn: ordinal labels: the threshold sweep is for binary tasks." in text

@@ -89,12 +89,13 @@ def read_rubric(path: str | Path) -> str:
 def load_items(
     data: str | Path, *, text_cols: Sequence[str] | None = None, label_col: str | None = None,
     labels: Sequence[str] | str | None = None, limit: int | None = None, on_bad_row: str = "error",
-    delimiter: str | None = None,
+    delimiter: str | None = None, only_ids: Sequence[str] | None = None,
 ) -> RelabelItems:
     """Read and validate ``data`` (a built-in name or a file, as ``labelrl.data.load_dataset``),
     keeping each row's original columns. Relabel writes every row back, so a bad row stops it
     (``on_bad_row="error"``) unless ``"skip"``: then it is left out of the output and listed in
-    ``RelabelItems.skipped_rows``. ``limit`` keeps the first N rows."""
+    ``RelabelItems.skipped_rows``. ``only_ids`` keeps the rows of those item ids (e.g. the samples
+    a ladder task trains and is scored on); ``limit`` keeps the first N rows."""
     from labelrl.data.load import read_source
     from labelrl.data.schema import build_examples, resolve_columns
 
@@ -121,6 +122,10 @@ def load_items(
     # build_examples keeps the rows it does not skip in their order, so these line up with examples
     rows = [row for number, row in enumerate(table.rows, start=1) if number not in left_out]
     assert len(rows) == len(examples), "every row is an example or a skipped row"
+    if only_ids is not None:
+        wanted = {str(i) for i in only_ids}
+        pairs = [(row, ex) for row, ex in zip(rows, examples) if ex.id in wanted]
+        rows, examples = [p[0] for p in pairs], [p[1] for p in pairs]
     keep = len(examples) if limit is None else limit
     return RelabelItems(name, path, rows[:keep], tuple(examples[:keep]), space, digest.hexdigest(), tuple(skipped))
 

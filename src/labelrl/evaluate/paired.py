@@ -51,7 +51,7 @@ def shared_ids(runs: Sequence[Predictions]) -> list[str]:
         common &= set(run.ids)
     if not common:
         raise ValueError("the runs share no item id: a paired comparison needs the same items in every run "
-                         "(evaluate every arm on the same split and --limit)")
+                         "(evaluate every arm on the same split and sample: labelrl eval --split, --limit)")
     truth = dict(zip(runs[0].ids, runs[0].y_true))
     for run in runs[1:]:
         bad = next((i for i, y in zip(run.ids, run.y_true) if i in common and y != truth[i]), None)

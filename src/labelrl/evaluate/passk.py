@@ -51,7 +51,7 @@ def sample_pass_at_k(setup, *, k: int, n: int, max_new_tokens: int | None = None
                      n_boot: int = 1000) -> dict:
     """Sample ``n`` answers per item of ``setup.data`` at temperature 1, parse them strictly, and
     summarise pass@k (``setup`` from ``labelrl.evaluate.predict.prepare``)."""
-    from labelrl.evaluate.predict import generation_cap, prompt_token_ids
+    from labelrl.evaluate.predict import fit_to_context, generation_cap
     from labelrl.rewards import parse_answer
     from labelrl.rollout import BACKENDS
     from labelrl.rollout.sampler import pad_id
@@ -60,15 +60,15 @@ def sample_pass_at_k(setup, *, k: int, n: int, max_new_tokens: int | None = None
     if k > n:
         raise ValueError(f"--pass-at-k {k} with --pass-samples {n}: draw at least k answers per item")
     data, tok = setup.data, setup.tokenizer
-    prompts = prompt_token_ids(tok, data)
     cap = generation_cap(setup, max_new_tokens)
+    examples, prompts, _ = fit_to_context(setup, "generate", cap)  # --on-long-item, as every evaluation
     sampler, counts = BACKENDS.get("labelrl"), []
     for start in range(0, len(prompts), batch_size):
         chunk = prompts[start : start + batch_size]
         seeds = [seed * 1_000_003 + SAMPLE_SEED_STREAM + start + i for i in range(len(chunk))]
         batch = sampler(setup.model, chunk, group_size=n, max_new_tokens=cap, eos_token_ids=tok.eos_token_id,
                         pad_token_id=pad_id(tok), temperature=1.0, prompt_seeds=seeds)
-        for i, ex in enumerate(data.examples[start : start + batch_size]):
+        for i, ex in enumerate(examples[start : start + batch_size]):
             right = 0
             for j in range(n):
                 row = i * n + j
@@ -77,7 +77,7 @@ def sample_pass_at_k(setup, *, k: int, n: int, max_new_tokens: int | None = None
                                       truncated=batch.truncated[row])
                 right += parsed.answer is not None and canonical_label(parsed.answer) == canonical_label(ex.label)
             counts.append(right)
-    out = summarise(counts, [ex.label for ex in data.examples], n=n, k=k, n_boot=n_boot, seed=seed)
+    out = summarise(counts, [ex.label for ex in examples], n=n, k=k, n_boot=n_boot, seed=seed)
     out.update(split=data.split, model_spec=setup.model_spec, model_fingerprint=setup.model_fingerprint,
-               max_new_tokens=cap, correct_counts=counts, ids=[ex.id for ex in data.examples])
+               max_new_tokens=cap, correct_counts=counts, ids=[ex.id for ex in examples])
     return out

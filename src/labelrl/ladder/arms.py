@@ -26,6 +26,7 @@ WIRED = {
     "rl": {"out", "model", "random_reward", "resume", "success_threshold"},
     "distill": {"out", "run_dir", "split", "teacher"},
     "threshold": {"out", "parent"},
+    "relabel": {"out", "only_ids"},
 }
 
 
@@ -34,11 +35,13 @@ class LadderStopped(Exception):
 
 
 def _config_class(family: str) -> type[BaseModel]:
+    from labelrl.audit.relabel_run import RelabelConfig
     from labelrl.distill.run import DistillConfig
     from labelrl.ladder.derived import ThresholdConfig
     from labelrl.train.config import RLConfig, SFTConfig
 
-    return {"sft": SFTConfig, "rl": RLConfig, "distill": DistillConfig, "threshold": ThresholdConfig}[family]
+    return {"sft": SFTConfig, "rl": RLConfig, "distill": DistillConfig, "threshold": ThresholdConfig,
+            "relabel": RelabelConfig}[family]
 
 
 def arm_config(recipe: Recipe, task_name: str, arm_name: str, run_dir: Path) -> BaseModel:
@@ -74,9 +77,14 @@ def _wiring(recipe: Recipe, task: TaskSpec, task_dir: Path, arm_name: str, *, fo
     parent = task_dir / arm.from_ if arm.from_ else None
     if family == "threshold":
         return {"out": task_dir / arm_name, "parent": parent, "n_boot": task.n_boot} if forced else {}
+    if family == "relabel":
+        if forced:  # the items every arm trains and is scored on (the ladder writes ids.json)
+            return {"out": task_dir / arm_name / "relabelled.jsonl", "only_ids": task_dir / arm_name / "ids.json"}
+        keys = ("data", "label_col", "labels", "rubric", "on_bad_row", "delimiter")
+        return {k: v for k, v in task.data_options().items() if k in keys} | ({"text_col": task.text_col} if task.text_col else {})
     if family == "distill":
         if not forced:
-            keys = ("data", "label_col", "labels", "rubric", "limit", "split_seed", "split_ratios")
+            keys = ("data", "label_col", "labels", "rubric", "limit", "split_seed", "split_ratios", "on_bad_row", "delimiter")
             return {k: v for k, v in task.data_options().items() if k in keys} | ({"text_col": task.text_col} if task.text_col else {})
         teacher = str(parent) if parent is not None else str(task_dir / arm.teacher) if arm.teacher in task.arms else arm.teacher
         return {"out": task_dir / arm_name / "traces.jsonl", "run_dir": task_dir, "split": "train", "teacher": teacher}
@@ -100,6 +108,8 @@ def _wiring(recipe: Recipe, task: TaskSpec, task_dir: Path, arm_name: str, *, fo
 
 def train_finished(arm_type: str, out: Path) -> bool:
     family = FAMILY[arm_type]
+    if family == "relabel":
+        return (out / "answer_key.json").is_file()
     if family == "sft":
         return (out / "sft_summary.json").is_file() and (out / "model").is_dir()
     if family == "rl":

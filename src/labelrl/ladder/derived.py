@@ -133,3 +133,34 @@ def rescore_against(task_dir: Path, arm_name: str, split: str, key_name: str, ke
                              "files": {"predictions": str(pred_path.resolve()), "report": str(report_path.resolve())}})
     atomic_write_json(report_path, {"metrics": metrics, "info": rescored.info, "ledger": record, "answer_key": key_name})
     return summary_metrics(metrics)
+
+
+def relabel_arm(task_dir: Path, arm_name: str, cfg, console) -> dict:
+    """A ``relabel`` arm: the task's samples (train, val, holdout) relabelled by a judge under the
+    rubric (``labelrl.audit.relabel_run``; resumable from its journal), saved as
+    ``ARM/answer_key.json`` (id → final and original label) for the evaluations and the residue.
+    Returns the summary figures the report shows."""
+    from labelrl.audit.relabel_run import final_labels, run_relabel_config
+
+    arm_dir = task_dir / arm_name
+    key_path = arm_dir / "answer_key.json"
+    if not key_path.is_file():
+        samples = json.loads((task_dir / "samples.json").read_text(encoding="utf-8"))
+        atomic_write_json(arm_dir / "ids.json", sorted({i for s in samples.values() for i in s["ids"]}))
+        summary = run_relabel_config(cfg)
+        final = final_labels(cfg)
+        original = {r["id"]: r["label"] for r in _sample_labels(cfg)}
+        atomic_write_json(key_path, {"labels": final, "original": {i: original.get(i) for i in final}})
+        console.print(f"{arm_name}: {summary['n_items']} items relabelled; the final label differs from the original "
+                      f"for {summary['n_changed']}")
+    summary = json.loads((arm_dir / "relabelled.summary.json").read_text(encoding="utf-8"))
+    keep = ("n_items", "n_changed", "changed_rate", "n_adjudicated", "n_low_confidence", "agreement_with_original",
+            "self_agreement", "judge", "adjudicator", "min_confidence")
+    return {k: summary.get(k) for k in keep}
+
+
+def _sample_labels(cfg) -> list[dict]:
+    """(id, original label) of the relabelled items."""
+    from labelrl.audit.relabel_run import _items
+
+    return [{"id": ex.id, "label": ex.label} for ex in _items(cfg).examples]

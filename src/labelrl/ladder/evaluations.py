@@ -101,14 +101,14 @@ def answer_key(task: TaskSpec, task_dir: Path, col: str) -> dict[str, str]:
     """id → label of another answer key: a relabel arm's final labels, or a label column of the data."""
     from labelrl.data.load import load_dataset
 
-    relabelled = task_dir / col / "relabelled.jsonl"
-    if col in task.arms and relabelled.is_file():
+    key_file = task_dir / col / "answer_key.json"
+    if col in task.arms and key_file.is_file():  # a relabel arm
         import json
 
-        rows = [json.loads(line) for line in relabelled.read_text(encoding="utf-8").splitlines() if line.strip()]
-        return {str(r["id"]): str(r["label_final"]) for r in rows if r.get("label_final") is not None}
+        labels = json.loads(key_file.read_text(encoding="utf-8"))["labels"]
+        return {str(i): str(v) for i, v in labels.items() if v is not None}
     dataset = load_dataset(task.data, text_cols=task.text_col, label_col=col, labels=task.labels and task.labels.split(","),
-                           kind=task.kind, on_bad_row="skip")
+                           kind=task.kind, on_bad_row="skip", delimiter=task.delimiter)
     return {ex.id: ex.label for ex in dataset.examples}
 
 

@@ -35,7 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError,
 from labelrl.data.options import parse_ratios
 
 RECIPE_FORMAT = 1
-ARM_TYPES = ("sft", "rl", "random_reward", "distill", "cot_sft", "cot_rl", "control", "threshold")
+ARM_TYPES = ("sft", "rl", "random_reward", "distill", "cot_sft", "cot_rl", "control", "threshold", "relabel")
 # What each arm type starts from (its ``from``): None = nothing; a tuple = allowed parent types.
 PARENT_TYPES: dict[str, tuple[str, ...] | None] = {
     "sft": None,
@@ -46,13 +46,14 @@ PARENT_TYPES: dict[str, tuple[str, ...] | None] = {
     "control": ("distill",),
     "cot_rl": ("cot_sft",),
     "threshold": ("sft", "control"),
+    "relabel": None,
 }
 FAMILY = {"sft": "sft", "control": "sft", "cot_sft": "sft", "rl": "rl", "random_reward": "rl", "cot_rl": "rl",
-          "distill": "distill", "threshold": "threshold"}
+          "distill": "distill", "threshold": "threshold", "relabel": "relabel"}
 # Names an arm may not take: they are files or folders of the task directory.
 RESERVED = {"eval", "analysis", "ood", "samples", "splits.json", "ledger.jsonl", "audit.json", "label_noise.json"}
-DATA_KEYS = ("data", "text_col", "label_col", "labels", "kind", "on_bad_row", "limit", "split_seed", "split_ratios",
-             "label_noise", "rubric")
+DATA_KEYS = ("data", "text_col", "label_col", "labels", "kind", "on_bad_row", "delimiter", "on_long_item", "limit",
+             "split_seed", "split_ratios", "label_noise", "rubric")
 # Replicate runs are named ARM@sSEED.
 REPLICATE_MARK = "@s"
 
@@ -62,7 +63,7 @@ class ArmSpec(BaseModel):
 
     model_config = ConfigDict(extra="allow", populate_by_name=True)
 
-    type: Literal["sft", "rl", "random_reward", "distill", "cot_sft", "cot_rl", "control", "threshold"]
+    type: Literal["sft", "rl", "random_reward", "distill", "cot_sft", "cot_rl", "control", "threshold", "relabel"]
     from_: Optional[str] = Field(None, alias="from")
     teacher: Optional[str] = None
     seeds: Optional[list[int]] = Field(None, description="Replicates: one run per seed (named ARM@sSEED), overriding the task's seeds.")
@@ -83,6 +84,8 @@ class TaskSpec(BaseModel):
     labels: Optional[str] = None
     kind: Optional[Literal["binary", "categorical", "ordinal"]] = None
     on_bad_row: Literal["error", "skip"] = "error"
+    delimiter: Optional[str] = Field(None, description="CSV files only: the delimiter (sniffed from the header when omitted).")
+    on_long_item: Literal["truncate", "skip", "error"] = Field("truncate", description="An item too long to fit: cut its text, leave it out, or stop.")
     limit: Optional[int] = Field(None, ge=1, description="Training items: a random sample stratified by label, the same for every arm.")
     split_seed: int = 0
     split_ratios: str = Field("0.8,0.1,0.1", description="Shares of train, val and holdout (e.g. 0.7,0.1,0.2).")
@@ -203,12 +206,12 @@ def expand_replicates(task_name: str, task: TaskSpec) -> dict[str, ArmSpec]:
         if arm.replicate_of is not None:  # already concrete (a recipe written by a ladder run)
             runs[name], specs[name] = [(name, arm.options().get("seed"))], [arm]
             continue
-        if arm.type == "distill" and arm.seeds:
-            raise ValueError(f"{where}: a distill arm runs once (its teacher samples with its own seeds); drop `seeds`")
+        if arm.type in ("distill", "relabel") and arm.seeds:
+            raise ValueError(f"{where}: a {arm.type} arm runs once (its model samples with its own seeds); drop `seeds`")
         if arm.type == "distill" and arm.teacher in runs and len(runs[arm.teacher]) > 1:
             raise ValueError(f"{where}: its teacher {arm.teacher!r} runs once per seed; name one run (e.g. "
                              f"{runs[arm.teacher][0][0]!r}) as the teacher")
-        seeds = arm.seeds if arm.seeds is not None else (task.seeds if arm.type != "distill" else None)
+        seeds = arm.seeds if arm.seeds is not None else (task.seeds if arm.type not in ("distill", "relabel") else None)
         parent = runs.get(arm.from_) if arm.from_ else None
         if arm.type == "threshold":
             seeds = [s for _, s in parent] if parent and len(parent) > 1 else None
@@ -255,6 +258,8 @@ def dependencies(task: TaskSpec, arm_name: str) -> list[str]:
         deps += [n for n, other in task.arms.items() if FAMILY[other.type] == "rl" and other.from_ == arm.from_]
     if arm.type == "distill" and task.score_train is not False:  # the SFT model's train scores band its survival
         deps += [n for n, other in task.arms.items() if other.type == "sft"][:1]
+    if arm.type != "relabel":  # a relabel arm named as an answer key is scored against by every evaluation
+        deps += [n for n in task.eval_label_cols if n in task.arms and task.arms[n].type == "relabel"]
     return deps
 
 

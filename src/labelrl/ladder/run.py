@@ -123,6 +123,11 @@ class Ladder:
         if FAMILY[arm_type] == "threshold":
             self._derive(task_dir, arm_name, cfg, st)
             return
+        if FAMILY[arm_type] == "relabel":
+            from labelrl.ladder.derived import relabel_arm
+
+            st["relabel"] = relabel_arm(task_dir, arm_name, cfg, self.console)
+            return
         train_arm(arm_type, cfg, task_dir, self.console)
         if FAMILY[arm_type] == "distill":
             summary = json.loads((task_dir / arm_name / "traces.summary.json").read_text(encoding="utf-8"))

@@ -51,7 +51,7 @@ SECTIONS = (
     ("distill", "7. Distillation decomposition"),
     ("noise", "8. Label noise"),
     ("parser", "9. Parser and sampling: strict vs lenient, pass@k"),
-    ("labels", "10. The labels: audit per split"),
+    ("labels", "10. The labels: audit per split, relabelling"),
 )
 NOT_RUN = {
     "verdict": "no task has a finished RL arm and an SFT arm to compare it with (analysis/verdict.json).",

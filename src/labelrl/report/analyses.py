@@ -100,7 +100,39 @@ def parser_and_sampling(task: TaskData, sink: FigureSink) -> list[Block]:
 
 
 def labels(task: TaskData, sink: FigureSink) -> list[Block]:
-    """Section 10: the audit per split."""
+    """Section 10: the audit per split, and each relabel arm's summary next to the original
+    labels' own agreement between duplicates."""
+    blocks = _split_audit(task)
+    for arm in task.arms:
+        if arm.relabel:
+            blocks.append(_relabel_table(task, arm))
+    return blocks
+
+
+def _relabel_table(task: TaskData, arm: ArmData) -> TableBlock:
+    r = arm.relabel
+    agreement = r.get("agreement_with_original") or {}
+    judge, final = agreement.get("judge") or {}, agreement.get("final") or {}
+    rows = [["judge vs original labels", fmt(judge.get("n"), 0), fmt(judge.get("agreement")), fmt(judge.get("kappa")), ""],
+            ["final (adjudicated) vs original", fmt(final.get("n"), 0), fmt(final.get("agreement")), fmt(final.get("kappa")),
+             f"{r.get('n_adjudicated')} of {r.get('n_items')} adjudicated"]]
+    for name, block in (judge.get("per_class") or {}).items():
+        rows.append([f"  originally {name}", fmt(block.get("n"), 0), fmt(block.get("agreement")), "—", "judge"])
+    sa = r.get("self_agreement") or {}
+    rows.append(["judge vs itself (retest)", fmt(sa.get("n_compared"), 0), fmt_ci(sa.get("agreement"), sa.get("agreement_ci")),
+                 fmt_ci(sa.get("kappa"), sa.get("kappa_ci")), "an independent second pass on a random sample"])
+    audit = task.audit or {}
+    d, d_ci = audit.get("disagreement_rate"), audit.get("disagreement_rate_ci")
+    if d is not None:
+        ci = [1 - d_ci[1], 1 - d_ci[0]] if isinstance(d_ci, list) and len(d_ci) == 2 else None
+        rows.append(["original labels: duplicates vs each other", fmt(audit.get("n_pairs"), 0), fmt_ci(1 - d, ci),
+                     fmt_ci(audit.get("kappa"), audit.get("kappa_ci")), "1 − d over duplicate pairs (labelrl audit)"])
+    return TableBlock(["comparison", "items / pairs", "agreement [95% CI]", "Cohen's κ", "note"], rows,
+                      f"{task.name} / {arm.name}: relabelling by {r.get('judge', '?')}; the final label differs from the "
+                      f"original for {r.get('n_changed')} items (noisy vs clean: rows 'vs {arm.name}' in the comparison table)")
+
+
+def _split_audit(task: TaskData) -> list[Block]:
     per_split = (task.audit or {}).get("per_split") or {}
     if not per_split:
         return []

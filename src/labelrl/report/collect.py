@@ -46,7 +46,7 @@ RL_TYPES = ("rl", "random_reward", "cot_rl")
 TRACEBACK_LINES = 15
 # ladder.json is written with sorted keys; the ladder keeps the run order in task_order and
 # arm_order. Without them, arms are ordered by type as the ladder runs them (then by name).
-TYPE_ORDER = ("sft", "rl", "random_reward", "distill", "control", "cot_sft", "cot_rl")
+TYPE_ORDER = ("relabel", "sft", "rl", "random_reward", "threshold", "distill", "control", "cot_sft", "cot_rl")
 
 
 @dataclass
@@ -89,6 +89,7 @@ class ArmData:
     answer_keys: dict[str, dict] = field(default_factory=dict)  # other answer key → {val, holdout}
     pass_at_k: dict | None = None
     eval_max_new_tokens: int | None = None
+    relabel: dict | None = None  # a relabel arm's summary (agreement with the original labels, self-agreement)
 
     @property
     def is_rl(self) -> bool:
@@ -275,10 +276,11 @@ def ambiguous_items(task: TaskData, problems: list[str]) -> dict[str, set]:
                 cut = np.quantile(conf, LOW_CONFIDENCE_SHARE)
                 ids = table.column("id").to_pylist()
                 out["SFT low confidence"] = {str(i) for i, c in zip(ids, conf) if c <= cut}
-    for path in sorted(task.dir.glob("*/relabelled.jsonl")):
-        for record in read_jsonl(path):
-            if record.get("label_final") is not None and str(record.get("label_final")) != str(record.get("label_original")):
-                out.setdefault("relabel disagrees", set()).add(str(record.get("id")))
+    for path in sorted(task.dir.glob("*/answer_key.json")):  # a relabel arm's final labels
+        key = read_json(path, problems) or {}
+        original = _mapping(key.get("original"))
+        changed = {str(i) for i, v in _mapping(key.get("labels")).items() if v is not None and v != original.get(i)}
+        out.setdefault("relabel disagrees", set()).update(changed)
     return out
 
 
@@ -363,7 +365,7 @@ def _read_arm(name: str, entry: dict, task: TaskData, run_dir: Path, problems: l
             if arm.config.get("mode") == "reasoning":
                 arm.tax = think_length_tax(rollouts)
     arm.rescore = read_json(task.dir / "analysis" / f"rescore-{name}.json", problems)
-    for key in ("val_generate", "holdout_generate", "pass_at_k"):
+    for key in ("val_generate", "holdout_generate", "pass_at_k", "relabel"):
         setattr(arm, key, _mapping(entry.get(key)) or None)
     arm.answer_keys = {k: v for k, v in _mapping(entry.get("answer_keys")).items() if isinstance(v, dict)}
     arm.eval_max_new_tokens = entry.get("eval_max_new_tokens")
