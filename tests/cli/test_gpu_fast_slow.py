@@ -1,0 +1,54 @@
+"""`labelrl ladder gpu --fast`: the GPU recipe's every arm type on tiny-random on a CPU, with a
+local fake teacher endpoint, and every report section built from the files."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from fake_openai_server import FakeOpenAIServer  # noqa: E402
+
+SPAMMY = ("free", "win", "prize", "call", "claim", "txt", "urgent", "cash", "£")
+
+
+def teacher(body: dict) -> str:
+    text = body["messages"][-1]["content"].lower()
+    spam = any(word in text for word in SPAMMY)
+    return f"<think>It {'offers money or prizes' if spam else 'reads like a personal message'}.</think><answer>{'spam' if spam else 'ham'}</answer>"
+
+
+@pytest.mark.slow
+def test_gpu_recipe_fast_overlay_runs_every_arm_type(tmp_path):
+    from labelrl.report import NOT_RUN, SECTIONS
+
+    out = tmp_path / "gpu"
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "COLUMNS": "160"}
+    with FakeOpenAIServer(teacher) as server:
+        args = [sys.executable, "-m", "labelrl.cli.main", "ladder", "gpu", "--fast", "--out", str(out),
+                "--set", f"tasks.spam.arms.distill.teacher={server.url}"]
+        done = subprocess.run(args, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=3000)
+    assert done.returncode == 0, done.stderr[-3000:]
+    state = json.loads((out / "ladder.json").read_text())
+    spam = state["tasks"]["spam"]["arms"]
+    assert {a["type"] for a in spam.values()} == {"relabel", "sft", "rl", "random_reward", "distill", "cot_sft", "cot_rl",
+                                                  "control", "threshold"}
+    assert {n: a["status"] for n, a in spam.items() if a["status"] != "done"} == {}
+    for name in ("think_384", "think_1024"):  # reasoning-mode GRPO from the direct SFT model, scored at its cap
+        assert spam[name]["config"]["mode"] == "reasoning" and spam[name]["eval_max_new_tokens"] == spam[name]["config"]["max_new_tokens"]
+    assert spam["sft"]["answer_keys"]["relabel"]["holdout"]["n"] > 0 and spam["sft"]["pass_at_k"]["k"] == 2
+    movies = state["tasks"]["movies"]["arms"]
+    assert {a.get("replicate_of") for a in movies.values()} == {"sft", "grpo", "dr_grpo", "corpo", "threshold"}
+    md = (out / "report" / "report.md").read_text()
+    for key, title in SECTIONS:
+        assert title in md
+        if key != "noise":
+            assert f"Not run: {NOT_RUN[key]}" not in md, key
+    for text in ("reward by reasoning length", "recall of each label", "relabelling by", "lenient parser",
+                 "pass@2", "vs relabel", "holdout (generated)"):
+        assert text in md, text
