@@ -49,6 +49,6 @@ def test_gpu_recipe_fast_overlay_runs_every_arm_type(tmp_path):
         assert title in md
         if key != "noise":
             assert f"Not run: {NOT_RUN[key]}" not in md, key
-    for text in ("reward by reasoning length", "recall of each label", "relabelling by", "lenient parser",
+    for text in ("the truncation tax among finished rollouts", "recall of each label", "relabelling by", "lenient parser",
                  "pass@2", "vs relabel", "holdout (generated)"):
         assert text in md, text
