@@ -68,14 +68,15 @@ PRINTED_BY: dict[str, tuple[str, ...]] = {
     "evaluate/ledger.py": ("eval",),
     "evaluate/predict.py": ("eval",),
     "evaluate/passk.py": ("eval",),
-    # Not called by any command yet (the ladder and report will): give it its printers then.
-    "evaluate/paired.py": (),
+    "evaluate/paired.py": ("ladder", "demo"),
     "evaluate/route.py": ("route",),
     "evaluate/run.py": ("eval",),
     "evaluate/sweep.py": ("sweep",),
     "fileio.py": TRAIN,
     "ladder/arms.py": ("ladder", "demo"),
     "ladder/recipe.py": ("ladder", "demo"),
+    "ladder/default_recipe.py": ("ladder",),
+    "cli/ladder.py": ("ladder",),
     "report/collect.py": ("report",),
     "rewards/grade.py": ("rl", "eval"),
     "rewards/grade.py:parse_class_rewards": ("rl",),  # --class-reward and --reward-table are rl's

@@ -17,13 +17,14 @@ SET_HELP = "Change one recipe value, KEY.PATH=VALUE (repeatable), e.g. --set tas
 FAST_HELP = "Apply the recipe's `fast:` overlay: a smoke-test scale (tiny-random, a few steps)."
 
 
-def run_ladder_command(recipe_source: str | Path, out: Path | None, *, fast: bool = False, sets: list[str] | None = None,
+def run_ladder_command(recipe_source, out: Path | None, *, fast: bool = False, sets: list[str] | None = None,
                        report: bool = True) -> dict:
-    """Load the recipe, run the ladder, print the comparison and build the report; returns the state."""
-    from labelrl.ladder.recipe import load_recipe
+    """Load the recipe (a path, a built-in name, or an already validated Recipe), run the ladder,
+    print the verdict and the comparison and build the report; returns the state."""
+    from labelrl.ladder.recipe import Recipe, load_recipe
     from labelrl.ladder.run import Ladder
 
-    recipe = load_recipe(recipe_source, fast=fast, sets=sets or [])
+    recipe = recipe_source if isinstance(recipe_source, Recipe) else load_recipe(recipe_source, fast=fast, sets=sets or [])
     run_dir = Path(out) if out is not None else Path("runs") / (recipe.name + ("-fast" if fast else ""))
     ladder = Ladder(recipe, run_dir, console)
     state = ladder.run()
@@ -130,18 +131,62 @@ def replicate_means(task: dict, keys: list[str]) -> dict[str, dict]:
     return out
 
 
+def data_recipe(data: str, *, budget: str, model: str | None, text_col: list[str], label_col: str | None,
+                labels: str | None, kind: str | None, rubric: Path | None, on_bad_row: str, delimiter: str | None,
+                sets: list[str]):
+    """The default recipe for ``--data`` (labelrl.ladder.default_recipe), validated with ``--set``."""
+    from labelrl.data.load import load_dataset
+    from labelrl.ladder.default_recipe import default_recipe
+    from labelrl.ladder.recipe import recipe_from_dict
+
+    dataset = load_dataset(data, text_cols=text_col or None, label_col=label_col, labels=labels, kind=kind,
+                           on_bad_row=on_bad_row, delimiter=delimiter)
+    raw = default_recipe(data, kind=dataset.labels.kind, labels=list(dataset.labels.labels), budget=budget, model=model,
+                         text_col=text_col or None, label_col=label_col, label_list=labels, rubric=rubric,
+                         data_options={"on_bad_row": on_bad_row if on_bad_row != "error" else None, "delimiter": delimiter})
+    return recipe_from_dict(raw, f"--data {data}", Path.cwd(), sets=sets)
+
+
 def register(app: typer.Typer) -> None:
     @app.command("ladder")
     def ladder(
-        recipe: str = typer.Argument(..., help="Recipe YAML file, or a built-in recipe name (demo, gpu). See recipes/."),
-        out: Optional[Path] = typer.Option(None, "--out", help="Run directory (default runs/RECIPE_NAME). Re-running into it skips finished arms."),
+        recipe: Optional[str] = typer.Argument(None, help="Recipe YAML file, or a built-in recipe name (demo, gpu, noise, reasoning). See recipes/. Or leave it out and give --data.", show_default=False),
+        out: Optional[Path] = typer.Option(None, "--out", help="Run directory (default runs/RECIPE_NAME, or runs/FILE-BUDGET with --data). Re-running into it skips finished arms."),
         fast: bool = typer.Option(False, "--fast", help=FAST_HELP),
         set_: list[str] = typer.Option([], "--set", help=SET_HELP),
         report: bool = typer.Option(True, "--report/--no-report", help="Build RUN_DIR/report/report.html and report.md at the end."),
+        data: Optional[str] = typer.Option(None, "--data", help="Your own data (JSONL, CSV, Parquet) or a built-in dataset: builds the default recipe for its label kind (SFT, GRPO, Dr. GRPO, CoRPO for ordinal labels, SFT + threshold), writes it to RUN_DIR/recipe.yaml, runs it and prints the verdict.", show_default=False),
+        budget: str = typer.Option("smoke", "--budget", help="With --data: smoke (tiny-random, minutes: the plumbing), cpu (SmolLM2 with LoRA: a real run on a CPU), gpu (--model, full epochs, 3 seeds).", metavar="smoke|cpu|gpu"),
+        model: Optional[str] = typer.Option(None, "--model", help="With --data: the model to fine-tune (default: the budget's).", show_default=False),
+        text_col: Optional[list[str]] = typer.Option(None, "--text-col", help="With --data: text column(s) of the prompt (repeatable).", show_default=False),
+        label_col: Optional[str] = typer.Option(None, "--label-col", help="With --data: the label column.", show_default=False),
+        labels: Optional[str] = typer.Option(None, "--labels", help="With --data: the label set, comma-separated, in grade order for ordinal labels.", show_default=False),
+        kind: Optional[str] = typer.Option(None, "--kind", help="With --data: binary, categorical or ordinal (inferred when omitted).", show_default=False),
+        rubric: Optional[Path] = typer.Option(None, "--rubric", help="With --data: a Markdown file with the labelling rules, shown in every prompt.", show_default=False),
+        on_bad_row: str = typer.Option("error", "--on-bad-row", help="With --data: stop on a malformed row, or skip it and save the list.", metavar="error|skip"),
+        delimiter: Optional[str] = typer.Option(None, "--delimiter", help="With --data, CSV files: the delimiter (sniffed from the header when omitted).", show_default=False),
     ) -> None:
-        """Run every arm of a recipe (SFT, RL presets, distillation, controls) in dependency order on shared
-        splits; each final model is evaluated on val, then once on the holdout. Failed arms are reported and
-        the arms that do not need them go on."""
+        """Run every arm of a recipe (SFT, RL presets, SFT + threshold, distillation, controls, relabelling) in
+        dependency order on shared splits and samples; each final model is evaluated on val, then once on the
+        holdout; every RL arm is compared, paired on the same items, with SFT and with SFT + threshold, and
+        the verdict is printed first. With --data instead of a recipe: the default recipe for your file."""
+        if (recipe is None) == (data is None):
+            fail("give a recipe (a YAML file or a built-in name) or --data FILE, not both and not neither; "
+                 "e.g. labelrl ladder --data reviews.csv --text-col text --label-col label")
+        if data is not None:
+            if fast:
+                fail("--fast overlays a recipe's fast: section; with --data use --budget smoke")
+            try:
+                built = data_recipe(data, budget=budget, model=model, text_col=text_col or [], label_col=label_col,
+                                    labels=labels, kind=kind, rubric=rubric, on_bad_row=on_bad_row, delimiter=delimiter,
+                                    sets=set_)
+            except (ValueError, FileNotFoundError) as exc:
+                fail(str(exc))
+            out = out or Path("runs") / f"{built.name}-{budget}"
+            _guarded(run_ladder_command, built, out, report=report)
+            console.print(f"recipe: {Path(out) / 'recipe.yaml'} (edit it and run `labelrl ladder {Path(out) / 'recipe.yaml'} "
+                          f"--out {out}` to re-run; finished arms are kept)", highlight=False)
+            return
         _guarded(run_ladder_command, recipe, out, fast=fast, sets=set_, report=report)
 
 

@@ -333,6 +333,12 @@ def load_recipe(source: str | Path, *, fast: bool = False, sets: list[str] | tup
         raw = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         raise ValueError(f"{where}: not valid YAML ({exc})") from None
+    return recipe_from_dict(raw, where, folder, fast=fast, sets=sets)
+
+
+def recipe_from_dict(raw, where: str, folder: Path, *, fast: bool = False, sets: list[str] | tuple[str, ...] = ()) -> Recipe:
+    """Overlay (``fast:``, ``--set``) and validate a recipe already read; relative rubric paths
+    start from ``folder``."""
     if not isinstance(raw, dict):
         raise ValueError(f"{where}: a recipe is a YAML mapping with at least `name:` and `tasks:`")
     if fast:

@@ -1,0 +1,90 @@
+"""``labelrl ladder --data FILE``: a recipe built for the data's label kind, so "here is my file,
+tell me whether RL helps" needs no YAML.
+
+One task on the file, with its label audit, and these arms:
+
+* ``sft``: direct SFT, the baseline every RL arm must beat;
+* ``grpo`` and ``dr_grpo`` from it (GRPO's std division against none);
+* ordinal labels (partial credit): also ``corpo`` from it, τ = the credit of an answer one grade
+  off, 1 − 1/(K − 1), so only exact grades are reinforced; Dr. GRPO vs CoRPO changes one knob;
+* ``threshold``: SFT with the decision rule chosen on val, the baseline an RL arm must beat to
+  have bought more than a moved operating point.
+
+``--budget`` sets the scale: ``smoke`` (tiny-random unless ``--model``, a few steps: the plumbing
+on any file in minutes), ``cpu`` (SmolLM2-135M with LoRA, the demo's scale: a real run on a
+2-core CPU), ``gpu`` (a local model you name, full epochs, G = 8, three seeds). The recipe is
+written into the run directory as ``recipe.yaml``, to edit and run again with
+``labelrl ladder RUN_DIR/recipe.yaml --out RUN_DIR``.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from pathlib import Path
+
+BUDGETS = ("smoke", "cpu", "gpu")
+
+_SCALE = {
+    "smoke": {
+        "model": "tiny-random",
+        "task": {"limit": 64, "eval_limit": 32, "holdout_limit": 64, "n_boot": 200},
+        "sft": {"lora": False, "learning_rate": 3.0e-3, "max_steps": 8, "batch_size": 8, "eval_every": 8},
+        "rl": {"lora": False, "learning_rate": 1.0e-3, "steps": 3, "group_size": 4, "prompts_per_step": 4,
+               "max_new_tokens": 12, "checkpoint_every": 3},
+    },
+    "cpu": {
+        "model": "smollm2-135m-instruct",
+        "task": {"limit": 320, "eval_limit": 64, "holdout_limit": 256, "n_boot": 1000},
+        "sft": {"max_steps": 40, "batch_size": 8, "eval_every": 40, "eval_limit": 64, "learning_rate": 2.0e-4},
+        "rl": {"steps": 16, "group_size": 4, "prompts_per_step": 4, "max_new_tokens": 12, "learning_rate": 5.0e-5,
+               "checkpoint_every": 8},
+    },
+    "gpu": {
+        "model": None,  # a local model directory: --model
+        "task": {"n_boot": 2000, "seeds": [0, 1, 2]},
+        "sft": {"epochs": 2, "batch_size": 16, "eval_every": 100, "eval_limit": 500, "learning_rate": 1.0e-4},
+        "rl": {"steps": 300, "group_size": 8, "prompts_per_step": 16, "max_new_tokens": 16, "learning_rate": 1.0e-5,
+               "checkpoint_every": 25},
+    },
+}
+
+
+def default_recipe(data: str | Path, *, kind: str, labels: list[str], budget: str = "smoke", model: str | None = None,
+                   text_col: list[str] | None = None, label_col: str | None = None, label_list: str | None = None,
+                   rubric: Path | None = None, name: str | None = None, data_options: dict | None = None) -> dict:
+    """The recipe (a plain dict, as YAML would give) for a dataset of ``kind`` with ``labels``;
+    ``data_options`` (e.g. ``on_bad_row``, ``delimiter``) go to the task as they are."""
+    if budget not in BUDGETS:
+        raise ValueError(f"--budget {budget!r}: choose one of {', '.join(BUDGETS)}")
+    scale = copy.deepcopy(_SCALE[budget])
+    model = model or scale["model"]
+    if model is None:
+        raise ValueError("--budget gpu: name the model to fine-tune with --model (a local Hugging Face directory; "
+                         "labelrl never downloads one)")
+    path = Path(data)
+    source = str(path.resolve()) if path.exists() else str(data)  # a file, or a built-in dataset's name
+    task: dict = {"data": source, **scale["task"]}
+    for key, value in (("text_col", text_col), ("label_col", label_col), ("labels", label_list), ("kind", kind)):
+        if value:
+            task[key] = value
+    if rubric is not None:
+        task["rubric"] = str(Path(rubric).resolve())
+    task.update({k: v for k, v in (data_options or {}).items() if v is not None})
+    task["arms"] = default_arms(kind, labels)
+    stem = name or (path.stem if path.exists() else str(data))
+    task_name = re.sub(r"[^A-Za-z0-9_-]+", "_", stem).strip("_") or "data"
+    return {"version": 1, "name": stem, "description": f"The default ladder for {kind} labels ({', '.join(labels)}), "
+            f"budget {budget}: direct SFT, GRPO, Dr. GRPO{', CoRPO' if kind == 'ordinal' else ''} and SFT + threshold.",
+            "model": model, "seed": 0, "defaults": {"sft": scale["sft"], "rl": scale["rl"]}, "tasks": {task_name: task}}
+
+
+def default_arms(kind: str, labels: list[str]) -> dict:
+    """The arms of the module docstring for this label kind."""
+    arms: dict = {"sft": {"type": "sft"}, "grpo": {"type": "rl", "from": "sft", "preset": "grpo"},
+                  "dr_grpo": {"type": "rl", "from": "sft", "preset": "dr_grpo"}}
+    if kind == "ordinal" and len(labels) > 2:
+        tau = round(1 - 1 / (len(labels) - 1), 6)  # partial credit of an answer one grade off
+        arms["corpo"] = {"type": "rl", "from": "sft", "preset": "corpo", "threshold": tau}
+    arms["threshold"] = {"type": "threshold", "from": "sft"}
+    return arms

@@ -1,0 +1,68 @@
+"""`labelrl ladder --data FILE --budget smoke`: a default recipe for the file's label kind, run to
+a verdict and a report, written to RUN_DIR/recipe.yaml and re-runnable as it is."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import random
+import subprocess
+import sys
+
+import yaml
+
+GOOD = ["great product, works well", "love it", "excellent quality", "very happy with this"]
+BAD = ["broke after a day", "terrible, do not buy", "waste of money", "very disappointed"]
+
+
+def labelrl(*args, cwd):
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "COLUMNS": "160"}
+    return subprocess.run([sys.executable, "-m", "labelrl.cli.main", *args], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=900)
+
+
+def test_a_binary_csv_gets_the_default_ladder_a_verdict_and_a_rerunnable_recipe(tmp_path):
+    rng = random.Random(0)
+    with open(tmp_path / "reviews.csv", "w", newline="", encoding="utf-8") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["review", "sentiment"])
+        for i in range(300):
+            pos = rng.random() < 0.6
+            writer.writerow([f"{rng.choice(GOOD if pos else BAD)} (order {i})", "pos" if pos else "neg"])
+    done = labelrl("ladder", "--data", "reviews.csv", "--text-col", "review", "--label-col", "sentiment",
+                   "--budget", "smoke", "--out", "run", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    state = json.loads((tmp_path / "run" / "ladder.json").read_text())
+    arms = state["tasks"]["reviews"]["arms"]
+    assert set(arms) == {"sft", "grpo", "dr_grpo", "threshold"}  # no CoRPO for binary labels
+    assert {a["status"] for a in arms.values()} == {"done"}
+    assert "─ verdict ─" in done.stdout and "• grpo: vs sft:" in done.stdout and "• dr_grpo: vs sft:" in done.stdout
+    assert (tmp_path / "run" / "report" / "report.html").is_file()
+    recipe = yaml.safe_load((tmp_path / "run" / "recipe.yaml").read_text())
+    assert recipe["tasks"]["reviews"]["data"] == str(tmp_path / "reviews.csv") and recipe["model"] == "tiny-random"
+    again = labelrl("ladder", "run/recipe.yaml", "--out", "run", cwd=tmp_path)  # the written recipe, as it is
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert all(f"reviews/{arm}: done earlier, skipped" in again.stdout for arm in arms)
+
+
+def test_an_ordinal_jsonl_gets_corpo_at_the_credit_of_one_grade_off(tmp_path):
+    rng = random.Random(1)
+    words = {"1": "awful", "2": "poor", "3": "okay", "4": "good", "5": "superb"}
+    rows = [{"id": f"r{i}", "text": f"the film was {words[g]} ({i})", "grade": g}
+            for i, g in enumerate(rng.choice("12345") for _ in range(250))]
+    (tmp_path / "grades.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    done = labelrl("ladder", "--data", "grades.jsonl", "--label-col", "grade", "--labels", "1,2,3,4,5", "--kind",
+                   "ordinal", "--out", "run", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    state = json.loads((tmp_path / "run" / "ladder.json").read_text())
+    arms = state["tasks"]["grades"]["arms"]
+    assert set(arms) == {"sft", "grpo", "dr_grpo", "corpo", "threshold"}
+    assert arms["corpo"]["config"]["threshold"] == 0.75  # 1 − 1/(5 − 1)
+    assert arms["threshold"]["rule"]["kind"] == "offsets"
+    assert "• corpo: vs sft:" in done.stdout and (tmp_path / "run" / "report" / "report.md").is_file()
+
+
+def test_a_recipe_and_data_together_are_refused(tmp_path):
+    done = labelrl("ladder", "demo", "--data", "x.csv", cwd=tmp_path)
+    assert done.returncode == 2 and "not both" in done.stderr
