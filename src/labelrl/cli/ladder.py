@@ -15,6 +15,17 @@ console = Console()
 
 SET_HELP = "Change one recipe value, KEY.PATH=VALUE (repeatable), e.g. --set tasks.spam.limit=2000 --set defaults.rl.steps=50."
 FAST_HELP = "Apply the recipe's `fast:` overlay: a smoke-test scale (tiny-random, a few steps)."
+PRECISION_OPTION_HELP = ("Compute precision of every arm and evaluation: auto (bf16 where the processor computes it "
+                         "natively, else fp32), fp32 or bf16; the same as --set precision=VALUE. [default: the recipe's, auto]")
+
+
+def precision_sets(precision: str | None, sets: list[str]) -> list[str]:
+    """``--precision P`` as the recipe assignment ``precision=P`` (before the user's own --set)."""
+    if precision is None:
+        return list(sets)
+    if precision not in ("auto", "fp32", "bf16"):
+        raise ValueError(f"--precision {precision}: not a precision; use auto, fp32 or bf16")
+    return [f"precision={precision}", *sets]
 
 
 def run_ladder_command(recipe_source: str | Path, out: Path | None, *, fast: bool = False, sets: list[str] | None = None,
@@ -97,11 +108,12 @@ def register(app: typer.Typer) -> None:
         fast: bool = typer.Option(False, "--fast", help=FAST_HELP),
         set_: list[str] = typer.Option([], "--set", help=SET_HELP),
         report: bool = typer.Option(True, "--report/--no-report", help="Build RUN_DIR/report/report.html and report.md at the end."),
+        precision: Optional[str] = typer.Option(None, "--precision", help=PRECISION_OPTION_HELP, metavar="AUTO|FP32|BF16"),
     ) -> None:
         """Run every arm of a recipe (SFT, RL presets, distillation, controls) in dependency order on shared
         splits; each final model is evaluated on val, then once on the holdout. Failed arms are reported and
         the arms that do not need them go on."""
-        _guarded(run_ladder_command, recipe, out, fast=fast, sets=set_, report=report)
+        _guarded(lambda: run_ladder_command(recipe, out, fast=fast, sets=precision_sets(precision, set_), report=report))
 
 
 def _guarded(fn, *args, **kwargs) -> None:

@@ -10,6 +10,7 @@ from typing import Literal, Optional
 from pydantic import BaseModel, Field
 
 from labelrl.audit.judges import DEFAULT_API_KEY_ENV, JudgeSpec
+from labelrl.models.precision import PRECISION_HELP
 
 SPEC_HELP = "a local model (anything load_model takes, e.g. tiny-random or a model directory) or an OpenAI-compatible endpoint URL http://HOST:PORT/v1"
 
@@ -41,11 +42,13 @@ class DistillConfig(BaseModel):
     label_col: Optional[str] = Field(None, description="Label column; default: the built-in's, else 'label'.")
     labels: Optional[str] = Field(None, description="The label set in order, comma-separated, e.g. ham,spam.")
     json_path: Optional[Path] = Field(None, description="Also write the summary to this JSON file (it is always saved as OUT.summary.json).")
+    precision: Literal["auto", "fp32", "bf16"] = Field("auto", description=PRECISION_HELP + " Applies to a local teacher.")
 
     def teacher_spec(self) -> JudgeSpec:
         return JudgeSpec(spec=self.teacher, model=self.teacher_model, api_key_env=self.api_key_env,
                          timeout_s=self.timeout, retries=self.retries, concurrency=self.concurrency,
-                         backoff_s=self.backoff, temperature=self.temperature, flag="--teacher")
+                         backoff_s=self.backoff, temperature=self.temperature, flag="--teacher",
+                         precision=self.precision)
 
 
 def load_examples(cfg: DistillConfig):

@@ -42,6 +42,7 @@ from labelrl.data.split import (
     splits_fingerprint,
 )
 from labelrl.evaluate.io import Predictions, predictions_table
+from labelrl.models.precision import precision_name
 from labelrl.models.prepare import resolve_model_spec
 from labelrl.rollout.sampler import pad_id
 from labelrl.types import Dataset, Example, LabelSpace
@@ -74,6 +75,7 @@ class EvalSetup:
     tokenizer: object
     model_fingerprint: str
     data: EvalData
+    dtype: object = None  # compute dtype (torch.float32 when None)
 
 
 def is_run_dir(path: str | Path) -> bool:
@@ -162,8 +164,12 @@ def prepare(
     splits_dir: str | Path | None = None,
     label_col: str | None = None,
     limit: int | None = None,
+    precision: str = "fp32",
 ) -> EvalSetup:
     """Load the data, then the model, and fingerprint the model (nothing is predicted yet).
+    ``precision`` (auto, fp32, bf16) is resolved for the model's device: the compute dtype of
+    scoring and generation. The model is frozen (``requires_grad`` off): nothing here trains
+    it, and the fast decode path keeps the packed weights of a frozen model across batches.
 
     ``splits_dir`` defaults to the run directory; ``data_options`` to the run's data config
     (the model's run directory first, else ``splits_dir``'s).
@@ -186,8 +192,12 @@ def prepare(
     spec = resolve_model_spec(str(model_spec_or_run_dir))
     if run_dir is not None and spec == str(model_spec_or_run_dir):
         raise ValueError(f"{run_dir}: this run directory holds no saved model (no {run_dir / 'model'}); wait for the run to finish or pass a model")
+    from labelrl.models.precision import resolve_dtype
+
     model, tokenizer = load_model(spec)
-    return EvalSetup(spec, model, tokenizer, model_fingerprint(model), data)
+    model.requires_grad_(False)
+    dtype = resolve_dtype(precision, next(model.parameters()).device)
+    return EvalSetup(spec, model, tokenizer, model_fingerprint(model), data, dtype)
 
 
 def prompt_token_ids(tokenizer, data: EvalData) -> list[list[int]]:
@@ -198,10 +208,17 @@ def prompt_token_ids(tokenizer, data: EvalData) -> list[list[int]]:
     return out
 
 
+def _dtype(setup: EvalSetup):
+    import torch
+
+    return setup.dtype if setup.dtype is not None else torch.float32
+
+
 def _score(setup: EvalSetup, prompts: list[list[int]], batch_size: int) -> tuple[list, list, object]:
     from labelrl.evaluate.score import score_labels
 
-    probs = score_labels(setup.model, setup.tokenizer, prompts, setup.data.labels, batch_size=batch_size).double().numpy()
+    probs = score_labels(setup.model, setup.tokenizer, prompts, setup.data.labels, batch_size=batch_size,
+                         dtype=_dtype(setup)).double().numpy()
     names = setup.data.labels.labels
     return [names[i] for i in probs.argmax(axis=1)], ["ok"] * len(prompts), probs
 
@@ -224,7 +241,7 @@ def _generate(setup: EvalSetup, prompts: list[list[int]], batch_size: int, max_n
     preds, statuses = [], []
     for start in range(0, len(prompts), batch_size):
         batch = sampler(setup.model, prompts[start : start + batch_size], group_size=1, max_new_tokens=cap,
-                        eos_token_ids=tok.eos_token_id, pad_token_id=pad, temperature=0.0)
+                        eos_token_ids=tok.eos_token_id, pad_token_id=pad, temperature=0.0, dtype=_dtype(setup))
         for ids, truncated in zip(batch.completion_ids, batch.truncated):
             text = tok.decode(ids, skip_special_tokens=True)
             parsed = parse_answer(text, reasoning=data.options.mode == "reasoning", labels=data.labels, truncated=truncated)
@@ -260,6 +277,7 @@ def run_predictions(
         "mode": mode, "split": data.split, "split_fingerprint": data.split_fingerprint,
         "splits_dir": str(data.splits_dir), "data": data.options.data, "label_col": data.label_col,
         "n": len(data.examples), "seconds": round(time.perf_counter() - started, 3),
+        "precision": precision_name(_dtype(setup)),
     }
     return Predictions(table, data.labels, info)
 
@@ -275,12 +293,14 @@ def predict(
     splits_dir: str | Path | None = None,
     batch_size: int = 16,
     max_new_tokens: int | None = None,
+    precision: str = "fp32",
 ) -> Predictions:
     """``prepare`` then ``run_predictions``: the predictions table of one model on one split.
 
     This does not consult the holdout ledger; ``labelrl eval`` (``run_eval``) does.
     """
-    setup = prepare(model_spec_or_run_dir, data_options, split, splits_dir=splits_dir, label_col=label_col, limit=limit)
+    setup = prepare(model_spec_or_run_dir, data_options, split, splits_dir=splits_dir, label_col=label_col, limit=limit,
+                    precision=precision)
     return run_predictions(setup, method=method, batch_size=batch_size, max_new_tokens=max_new_tokens)
 
 

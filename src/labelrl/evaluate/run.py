@@ -11,6 +11,8 @@ from typing import Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from labelrl.models.precision import PRECISION_HELP
+
 
 class EvalConfig(BaseModel):
     """Options of ``labelrl eval``; each description is the option's --help text."""
@@ -37,6 +39,7 @@ class EvalConfig(BaseModel):
     seed: int = Field(0, description="Seed of the bootstrap.")
     batch_size: int = Field(16, ge=1, description="Prompts per forward pass.")
     max_new_tokens: Optional[int] = Field(None, ge=1, description="generate: token cap per answer (default: direct 8 past the longest answer tag, reasoning 256).")
+    precision: Literal["auto", "fp32", "bf16"] = Field("auto", description=PRECISION_HELP)
 
     @model_validator(mode="after")
     def _data_flags_need_data(self) -> "EvalConfig":
@@ -96,5 +99,5 @@ def run_eval(cfg: EvalConfig) -> dict:
     from labelrl.evaluate.predict import prepare
 
     setup = prepare(cfg.run_or_model, cfg.data_options(), cfg.split, splits_dir=cfg.splits,
-                    label_col=cfg.label_col, limit=cfg.limit)
+                    label_col=cfg.label_col, limit=cfg.limit, precision=cfg.precision)
     return evaluate_and_write(setup, cfg)

@@ -55,7 +55,8 @@ def arm_config(recipe: Recipe, task_name: str, arm_name: str, run_dir: Path) -> 
     unknown = sorted(set(options) - set(cls.model_fields))
     if unknown:
         raise ValueError(f"{where}: unknown option(s) {unknown} for a {arm.type} arm; see `labelrl {family} --help`")
-    fields = _wiring(recipe, task, task_dir, arm_name) | {"seed": recipe.seed} | options | _wiring(recipe, task, task_dir, arm_name, forced=True)
+    shared = {"seed": recipe.seed, "precision": recipe.precision}
+    fields = _wiring(recipe, task, task_dir, arm_name) | shared | options | _wiring(recipe, task, task_dir, arm_name, forced=True)
     try:
         return cls(**fields)
     except ValidationError as exc:
@@ -148,7 +149,7 @@ def eval_paths(task_dir: Path, arm_name: str, tag: str) -> tuple[Path, Path]:
 
 
 def evaluate_arm(task: TaskSpec, task_dir: Path, arm_name: str, mode: str, split: str, *,
-                 ood: str | None = None) -> dict:
+                 ood: str | None = None, precision: str = "auto") -> dict:
     """Evaluate the arm's final model on val, holdout or another dataset's holdout; returns the
     ``run_eval`` report (also saved). A finished evaluation is read back, never redone, so a
     re-run never spends a second holdout look.
@@ -169,8 +170,9 @@ def evaluate_arm(task: TaskSpec, task_dir: Path, arm_name: str, mode: str, split
     splits.mkdir(parents=True, exist_ok=True)
     cfg = EvalConfig(run_or_model=str(task_dir / arm_name), split=split, splits=splits, out=predictions, json_path=report,
                      limit=task.eval_limit if split == "val" else task.holdout_limit, n_boot=task.n_boot,
-                     **({"data": ood, "mode": mode, "split_seed": task.split_seed} if ood else {}))
-    setup = prepare(cfg.run_or_model, cfg.data_options(), split, splits_dir=splits, limit=cfg.limit)
+                     precision=precision, **({"data": ood, "mode": mode, "split_seed": task.split_seed} if ood else {}))
+    setup = prepare(cfg.run_or_model, cfg.data_options(), split, splits_dir=splits, limit=cfg.limit,
+                    precision=precision)
     if split == "holdout":
         earlier = holdout_records(read_ledger(splits), setup.model_fingerprint, setup.data.split_fingerprint)
         arm_dir = (task_dir / arm_name).resolve()

@@ -132,10 +132,10 @@ class Ladder:
             return
         if FAMILY[arm_type] == "rl":
             st["train"] = rl_training_summary(task_dir / arm_name)
-        mode = cfg.mode
-        st["val"] = summary_metrics(evaluate_arm(task, task_dir, arm_name, mode, "val")["metrics"])
+        mode, precision = cfg.mode, cfg.precision
+        st["val"] = summary_metrics(evaluate_arm(task, task_dir, arm_name, mode, "val", precision=precision)["metrics"])
         self.save()
-        holdout = evaluate_arm(task, task_dir, arm_name, mode, "holdout")
+        holdout = evaluate_arm(task, task_dir, arm_name, mode, "holdout", precision=precision)
         st["holdout"], st["holdout_repeat"] = summary_metrics(holdout["metrics"]), bool(holdout["ledger"].get("repeat"))
         if holdout.get("same_model_as"):
             st["holdout_same_model_as"] = holdout["same_model_as"]
@@ -144,7 +144,8 @@ class Ladder:
         self.save()
         st["ood"] = {}
         for name in task.ood:
-            st["ood"][name] = summary_metrics(evaluate_arm(task, task_dir, arm_name, mode, "holdout", ood=name)["metrics"])
+            st["ood"][name] = summary_metrics(
+                evaluate_arm(task, task_dir, arm_name, mode, "holdout", ood=name, precision=precision)["metrics"])
             self.save()
 
 

@@ -24,6 +24,7 @@ from typing import Iterator, Sequence
 import torch
 from transformers import DynamicCache
 
+from labelrl.models.precision import check_compute_dtype, compute
 from labelrl.rollout.fast_decode import FastLlamaDecoder, fuse_llama, unsupported_reason
 
 
@@ -229,6 +230,7 @@ def sample_groups(
     generator: torch.Generator | None = None,
     prompt_seeds: Sequence[int] | None = None,
     fast: bool = True,
+    dtype: torch.dtype = torch.float32,
 ) -> RolloutBatch:
     """Sample ``group_size`` completions for each prompt, sharing each prompt's KV cache.
 
@@ -254,21 +256,29 @@ def sample_groups(
     Llama it supports (LoRA adapters are folded into the weights for the call), else, or with
     ``fast=False``, through the model's own forward; both give the same logits up to float
     rounding. ``timings["fast_decode"]`` is 1.0 when the fast path ran.
+
+    ``dtype`` is the compute dtype (``labelrl.models.precision``): fp32, or bf16 for the
+    projections, attention and KV cache with the residual stream, norms and logits in fp32
+    (the fast path as in ``fast_decode``, the prefill and the fallback under bf16 autocast).
+    Sampling always draws from fp32 logits.
     """
     check_sampling_args(prompt_ids, group_size=group_size, max_new_tokens=max_new_tokens,
                         pad_token_id=pad_token_id, temperature=temperature, top_p=top_p, top_k=top_k)
+    check_compute_dtype(dtype)
     options = _draw_options(len(prompt_ids), group_size, temperature, top_p, top_k, seed, generator, prompt_seeds)
     with torch.inference_mode(), eval_mode(model):
         started = time.perf_counter()
-        weights = fuse_llama(model, len(prompt_ids) * group_size) if fast and unsupported_reason(model) is None else None
+        use_fast = fast and unsupported_reason(model) is None
+        weights = fuse_llama(model, len(prompt_ids) * group_size, dtype) if use_fast else None
         fused = time.perf_counter()
-        logits, stepper = _prefill(model, prompt_ids, group_size, pad_token_id, weights, max_new_tokens)
+        logits, stepper = _prefill(model, prompt_ids, group_size, pad_token_id, weights, max_new_tokens, dtype)
         prefilled = time.perf_counter()
         steps = _decode(stepper, logits, max_new_tokens, normalise_eos(eos_token_ids), options)
         finished = time.perf_counter()
     batch = _assemble(steps, len(prompt_ids), group_size, max_new_tokens, normalise_eos(eos_token_ids))
     batch.timings = {"fuse_s": fused - started, "prefill_s": prefilled - fused, "decode_s": finished - prefilled,
-                     "new_tokens": float(sum(batch.lengths)), "fast_decode": float(weights is not None)}
+                     "new_tokens": float(sum(batch.lengths)), "fast_decode": float(weights is not None),
+                     "fuse_cached": float(weights is not None and weights.base_cached)}
     return batch
 
 
@@ -290,8 +300,9 @@ class HFStepper:
     """One decode step through the model's own forward and a DynamicCache (the fallback path);
     the same ``step``/``select`` interface as ``fast_decode.FastLlamaDecoder``."""
 
-    def __init__(self, model, cache, attention_mask: torch.Tensor, next_positions: torch.Tensor):
-        self.model, self.cache, self.cache_arg = model, cache, cache_kwarg(model)
+    def __init__(self, model, cache, attention_mask: torch.Tensor, next_positions: torch.Tensor,
+                 dtype: torch.dtype = torch.float32):
+        self.model, self.cache, self.cache_arg, self.dtype = model, cache, cache_kwarg(model), dtype
         self.attention_mask, self.positions = attention_mask, next_positions  # [N, T], [N, 1]
 
     def select(self, rows: torch.Tensor) -> None:
@@ -302,26 +313,29 @@ class HFStepper:
         """Float32 next-token logits [N, V] after feeding ``tokens`` [N]."""
         ones = self.attention_mask.new_ones((len(tokens), 1))
         self.attention_mask = torch.cat([self.attention_mask, ones], dim=-1)
-        out = self.model(input_ids=tokens[:, None], attention_mask=self.attention_mask, position_ids=self.positions,
-                         use_cache=True, **{self.cache_arg: self.cache})
+        with compute(self.model, self.dtype):
+            out = self.model(input_ids=tokens[:, None], attention_mask=self.attention_mask, position_ids=self.positions,
+                             use_cache=True, **{self.cache_arg: self.cache})
         self.positions = self.positions + 1
         return out.logits[:, -1].float()
 
 
-def _prefill(model, prompt_ids, group_size: int, pad_token_id: int, weights, max_new_tokens: int):
-    """One forward over the B prompts; returns the first logits [B*G, V] and a stepper over
-    B*G rows: the fast decoder when ``weights`` are given, else ``HFStepper``."""
+def _prefill(model, prompt_ids, group_size: int, pad_token_id: int, weights, max_new_tokens: int,
+             dtype: torch.dtype = torch.float32):
+    """One forward over the B prompts (at ``dtype``); returns the first logits [B*G, V] and a
+    stepper over B*G rows: the fast decoder when ``weights`` are given, else ``HFStepper``."""
     input_ids, attention_mask, position_ids = left_pad(prompt_ids, pad_token_id, model_device(model))
     cache = new_cache(model)
-    out = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-                use_cache=True, logits_to_keep=1, **{cache_kwarg(model): cache})
+    with compute(model, dtype):
+        out = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                    use_cache=True, logits_to_keep=1, **{cache_kwarg(model): cache})
     logits = out.logits[:, -1].float().repeat_interleave(group_size, dim=0)  # [B*G, V]
     next_positions = position_ids[:, -1:] + 1  # [B, 1]
     if weights is not None:
         return logits, FastLlamaDecoder(weights, cache, attention_mask, next_positions, group_size, max_new_tokens)
     cache.batch_repeat_interleave(group_size)
     return logits, HFStepper(model, cache, attention_mask.repeat_interleave(group_size, dim=0),
-                             next_positions.repeat_interleave(group_size, dim=0))
+                             next_positions.repeat_interleave(group_size, dim=0), dtype)
 
 
 def _decode(stepper, logits, max_new_tokens: int, eos: list[int], options: dict):

@@ -13,6 +13,7 @@ from typing import Literal, Optional
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from labelrl.data.options import DataOptions
+from labelrl.models.precision import PRECISION_HELP
 
 
 class ModelOptions(BaseModel):
@@ -30,6 +31,7 @@ class ModelOptions(BaseModel):
     out: Path = Field(description="Run directory: splits, checkpoints, metrics and logs go here.")
     quiet: bool = Field(False, description="No progress bar; log lines only.")
     report_to: Optional[Literal["tensorboard", "mlflow", "wandb"]] = Field(None, description="Also send every metric to this tracker through accelerate (same names as the metrics file; TensorBoard logs go to RUN_DIR/tracking). Needs the tracker's package.")
+    precision: Literal["auto", "fp32", "bf16"] = Field("auto", description=PRECISION_HELP)
 
 
 class SFTConfig(DataOptions, ModelOptions):

@@ -37,6 +37,7 @@ from labelrl.fileio import (
     atomic_write_jsonl,
     read_jsonl,
 )
+from labelrl.models.precision import precision_name
 from labelrl.models.prepare import prepare_model
 from labelrl.rollout.log import drop_steps_from, write_step
 from labelrl.train import rl_parts as parts
@@ -50,6 +51,7 @@ from labelrl.train.checkpoint import (
 from labelrl.train.config import RLConfig
 from labelrl.train.distributed import (
     any_process,
+    compute_dtype,
     make_accelerator,
     process_share,
     reduce_value,
@@ -86,6 +88,7 @@ class RLRun:
     accelerator: object = None
     sampler: object = None
     share: slice = field(default_factory=lambda: slice(None))  # this process's positions in each round's prompts
+    dtype: torch.dtype = torch.float32  # compute dtype of sampling and the training pass (--precision)
 
     @property
     def policy(self):
@@ -117,7 +120,7 @@ def start_run(cfg: RLConfig, accelerator=None) -> RLRun:
     run = RLRun(cfg, run_dir, data, model, tokenizer, optimizer, scheduler,
                 algo=parts.resolve_algorithm(cfg, data.dataset.labels, [ex.label for ex in data.train]),
                 train_prompts=train_prompts, accelerator=accelerator,
-                sampler=parts.make_sampler(cfg, train_prompts), share=share)
+                sampler=parts.make_sampler(cfg, train_prompts), share=share, dtype=compute_dtype(cfg, accelerator))
     if cfg.resume:
         resume(run)
     return run
@@ -154,7 +157,7 @@ def sample_groups_for_step(run: RLRun) -> parts.StepBatch:
         positions = list(range(cfg.prompts_per_step))[run.share]
         mine = [idx[p] for p in positions]
         rollout = run.sampler(
-            run.policy, [run.train_prompts[i] for i in mine], **parts.sampling_options(cfg, run.tokenizer),
+            run.policy, [run.train_prompts[i] for i in mine], **parts.sampling_options(cfg, run.tokenizer, run.dtype),
             prompt_seeds=[parts.prompt_seed(cfg.seed, run.step, round_index, p) for p in positions],
         )
         batch = parts.grade_and_advantage(run, mine, rollout, round_index, positions)
@@ -300,7 +303,8 @@ def _run_rl_locked(cfg: RLConfig, accelerator) -> dict:
 def finish_run(run: RLRun, last: dict) -> dict:
     """The final model (when all steps are done) and ``rl_summary.json``, by the main process."""
     cfg = run.cfg
-    summary = {"steps_done": run.step, "steps": cfg.steps, "stopped_early": run.step < cfg.steps, "last": last}
+    summary = {"steps_done": run.step, "steps": cfg.steps, "stopped_early": run.step < cfg.steps, "last": last,
+               "precision": precision_name(run.dtype)}
     if run.step >= cfg.steps:
         model_dir = save_model(run.run_dir, run.policy, run.tokenizer) if run.is_main else run.run_dir / "model"
         summary["model_dir"] = str(model_dir)

@@ -22,12 +22,14 @@ from labelrl.data.prompts import answer_target
 from labelrl.evaluate.metrics import basic_metrics
 from labelrl.evaluate.score import score_labels
 from labelrl.fileio import RunLock, append_jsonl, atomic_write_json
+from labelrl.models.precision import compute, precision_name
 from labelrl.models.prepare import prepare_model
 from labelrl.rollout.sampler import model_device, pad_id
 from labelrl.train.checkpoint import save_merged, save_model
 from labelrl.train.config import SFTConfig
 from labelrl.train.distributed import (
     broadcast_from_main,
+    compute_dtype,
     make_accelerator,
     process_share,
     reduce_value,
@@ -81,7 +83,7 @@ def build_items(tokenizer, data: RunData, cfg: SFTConfig, traces: dict[str, str]
     return items
 
 
-def sft_loss(model, batch: list[SFTItem], pad: int) -> torch.Tensor:
+def sft_loss(model, batch: list[SFTItem], pad: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
     """Mean cross-entropy over assistant tokens of a left-padded batch.
 
     Left padding puts every target at the end of its row, so the output projection (the
@@ -101,13 +103,14 @@ def sft_loss(model, batch: list[SFTItem], pad: int) -> torch.Tensor:
     positions = (mask.cumsum(-1) - 1).clamp(min=0)
     device = model_device(model)
     ids, mask, positions, target = ids.to(device), mask.to(device), positions.to(device), target.to(device)
-    logits = model(input_ids=ids, attention_mask=mask, position_ids=positions, logits_to_keep=n_keep).logits
+    with compute(model, dtype):
+        logits = model(input_ids=ids, attention_mask=mask, position_ids=positions, logits_to_keep=n_keep).logits
     logits = logits[:, :-1, :].float()  # position t predicts token t+1
     labels = target[:, width - n_keep + 1 :]
     return torch.nn.functional.cross_entropy(logits.reshape(-1, logits.size(-1)), labels.reshape(-1), ignore_index=-100)
 
 
-def evaluate_val(model, tokenizer, data: RunData, cfg: SFTConfig) -> dict[str, float]:
+def evaluate_val(model, tokenizer, data: RunData, cfg: SFTConfig, dtype: torch.dtype = torch.float32) -> dict[str, float]:
     """Accuracy and balanced accuracy on (at most ``eval_limit``) val items.
 
     Direct mode scores the label tokens (one forward pass, no generation); reasoning mode
@@ -118,22 +121,24 @@ def evaluate_val(model, tokenizer, data: RunData, cfg: SFTConfig) -> dict[str, f
         return {}
     prompts = prompt_ids(tokenizer, val, data, cfg.mode)
     if cfg.mode == "direct":
-        probs = score_labels(model, tokenizer, prompts, data.dataset.labels)
+        probs = score_labels(model, tokenizer, prompts, data.dataset.labels, dtype=dtype)
         names = data.dataset.labels.labels
         pred = [names[i] for i in probs.argmax(-1).tolist()]
     else:
-        pred = greedy_answers(model, tokenizer, prompts, data, max_new_tokens=cfg.max_length)
+        pred = greedy_answers(model, tokenizer, prompts, data, max_new_tokens=cfg.max_length, dtype=dtype)
     m = basic_metrics([ex.label for ex in val], pred)
     return {K.EVAL_ACCURACY: m["accuracy"], K.EVAL_BALANCED_ACCURACY: m["balanced_accuracy"]}
 
 
-def greedy_answers(model, tokenizer, prompts: list[list[int]], data: RunData, *, max_new_tokens: int) -> list[str | None]:
+def greedy_answers(model, tokenizer, prompts: list[list[int]], data: RunData, *, max_new_tokens: int,
+                   dtype: torch.dtype = torch.float32) -> list[str | None]:
     """Greedy completions, strictly parsed in reasoning mode (None when unparseable)."""
     from labelrl.rewards import parse_answer
     from labelrl.rollout import sample_groups
 
     out = sample_groups(model, prompts, group_size=1, max_new_tokens=max_new_tokens,
-                        eos_token_ids=[tokenizer.eos_token_id], pad_token_id=pad_id(tokenizer), temperature=0.0)
+                        eos_token_ids=[tokenizer.eos_token_id], pad_token_id=pad_id(tokenizer), temperature=0.0,
+                        dtype=dtype)
     texts = tokenizer.batch_decode(out.completion_ids, skip_special_tokens=True)
     return [parse_answer(t, reasoning=True, labels=data.dataset.labels).answer for t in texts]
 
@@ -168,7 +173,7 @@ def _run_sft_locked(cfg: SFTConfig, accelerator) -> dict:
     total = cfg.max_steps or max(1, round(cfg.epochs * len(items) / cfg.batch_size))
     optimizer, scheduler = make_optimizer(model, cfg, total)
     model, optimizer = accelerator.prepare(model, optimizer)
-    pad = pad_id(tokenizer)
+    pad, dtype = pad_id(tokenizer), compute_dtype(cfg, accelerator)
     select_key = K.EVAL_BALANCED_ACCURACY if cfg.select_metric == "balanced_accuracy" else K.EVAL_ACCURACY
     best: dict = {"step": None, select_key: float("-inf")}
     metrics_path = run_dir / "sft_metrics.jsonl"
@@ -177,10 +182,11 @@ def _run_sft_locked(cfg: SFTConfig, accelerator) -> dict:
     with progress_bar(accelerator, total, "sft", quiet=cfg.quiet) as progress:
         for step in range(total):
             batch = [items[i] for i in ordered_indices(len(items), step * cfg.batch_size, cfg.batch_size, cfg.seed)]
-            record = {K.STEP: step + 1, **sft_step(accelerator, model, optimizer, scheduler, batch, share, pad, cfg.max_grad_norm)}
+            record = {K.STEP: step + 1, **sft_step(accelerator, model, optimizer, scheduler, batch, share, pad,
+                                                   cfg.max_grad_norm, dtype)}
             if (step + 1) % cfg.eval_every == 0 or step + 1 == total:
                 if main:
-                    record.update(evaluate_val(accelerator.unwrap_model(model), tokenizer, data, cfg))
+                    record.update(evaluate_val(accelerator.unwrap_model(model), tokenizer, data, cfg, dtype))
                     # ties go to the later (longer-trained) model
                     if record.get(select_key, float("-inf")) >= best[select_key]:
                         best = {"step": step + 1, **{k: record[k] for k in record if k.startswith("eval/")}}
@@ -191,7 +197,8 @@ def _run_sft_locked(cfg: SFTConfig, accelerator) -> dict:
                 append_jsonl(metrics_path, record)
             accelerator.log({k: v for k, v in record.items() if k != K.STEP}, step=step + 1)
             progress.update(step + 1, {"loss": record[K.LOSS], "val_ba": record.get(K.EVAL_BALANCED_ACCURACY)})
-    summary = {"steps": total, "train_items": len(items), "best": best, "model_dir": str(run_dir / "model")}
+    summary = {"steps": total, "train_items": len(items), "best": best, "model_dir": str(run_dir / "model"),
+               "precision": precision_name(dtype)}
     if main:
         if cfg.merge:
             from labelrl.models import load_model
@@ -208,7 +215,7 @@ def target_tokens(items: list[SFTItem]) -> int:
 
 
 def sft_step(accelerator, model, optimizer, scheduler, batch: list[SFTItem], share: slice, pad: int,
-             max_grad_norm: float) -> dict:
+             max_grad_norm: float, dtype: torch.dtype = torch.float32) -> dict:
     """One optimizer step on ``batch``, this process computing the loss of ``batch[share]``.
 
     The loss is the mean over the whole batch's assistant tokens: this process's mean
@@ -216,7 +223,7 @@ def sft_step(accelerator, model, optimizer, scheduler, batch: list[SFTItem], sha
     """
     started = time.perf_counter()
     mine = batch[share]
-    loss = sft_loss(model, mine, pad)
+    loss = sft_loss(model, mine, pad, dtype)
     n = accelerator.num_processes
     if n > 1:
         fraction = target_tokens(mine) / target_tokens(batch)
