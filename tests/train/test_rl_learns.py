@@ -1,4 +1,5 @@
-"""tiny-random learns the trivial task with RL: reward rises from chance to ≥ 0.9."""
+"""tiny-random learns the trivial task with RL: reward rises from chance to ≥ 0.9, in fp32 and
+in bf16 (bf16 products, fp32 weights, optimizer state and log-probs)."""
 
 from __future__ import annotations
 
@@ -19,8 +20,10 @@ from labelrl.train.rl import run_rl
         ("corpo", dict(learning_rate=1e-3, steps=50, threshold=0.5)),
     ],
 )
-def test_reward_rises_from_chance_to_at_least_0_9(preset, options, warm_model, toy_data, rl_config, tmp_path):
-    summary = run_rl(rl_config(warm_model, toy_data, tmp_path / preset, preset=preset, **options))
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_reward_rises_from_chance_to_at_least_0_9(preset, options, precision, warm_model, toy_data, rl_config, tmp_path):
+    summary = run_rl(rl_config(warm_model, toy_data, tmp_path / preset, preset=preset, precision=precision, **options))
+    assert summary["precision"] == precision
     rewards = [r[K.REWARD_MEAN] for r in read_jsonl(tmp_path / preset / "metrics.jsonl")]
     assert summary["steps_done"] == options["steps"]
     # the warm start answers the RL words at chance (0.5 with some format failures)
