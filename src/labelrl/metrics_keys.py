@@ -46,6 +46,8 @@ KL = "train/kl"
 NONFINITE_SKIPPED = "train/nonfinite_skipped"
 STEP_SECONDS = "perf/step_seconds"
 PEAK_MEMORY_MB = "perf/peak_memory_mb"
+PADDING_SHARE = "perf/padding_share"  # sft: padding positions / all positions forwarded
+TRAIN_TOKENS_PER_S = "perf/tokens_per_s"  # sft: item tokens forwarded / step seconds
 
 # eval/: validation during training
 EVAL_ACCURACY = "eval/accuracy"

@@ -49,6 +49,7 @@ from labelrl.train.checkpoint import (
     save_model,
 )
 from labelrl.train.config import RLConfig
+from labelrl.train.memory import report_memory_plan, set_checkpointing
 from labelrl.train.distributed import (
     any_process,
     compute_dtype,
@@ -89,6 +90,7 @@ class RLRun:
     sampler: object = None
     share: slice = field(default_factory=lambda: slice(None))  # this process's positions in each round's prompts
     dtype: torch.dtype = torch.float32  # compute dtype of sampling and the training pass (--precision)
+    memory: object = None  # labelrl.train.memory.MemoryPlan: the preflight's prediction and checkpointing decision
 
     @property
     def policy(self):
@@ -113,14 +115,19 @@ def start_run(cfg: RLConfig, accelerator=None) -> RLRun:
         data = prepare_data(cfg, run_dir, write=main)
     start_trackers(accelerator, cfg, "rl")
     model, tokenizer = prepare_model(cfg)
-    optimizer, scheduler = make_optimizer(model, cfg, cfg.steps)
-    model, optimizer = accelerator.prepare(model, optimizer)
     train_prompts = prompt_ids(tokenizer, data.train, data, cfg.mode)
     preflight(model, train_prompts, cfg.max_new_tokens, run_dir, checkpoints=KEEP_LAST + 1)
+    dtype = compute_dtype(cfg, accelerator)
+    memory = parts.plan_rl_memory(cfg, model, dtype, train_prompts, share)
+    set_checkpointing(model, memory.gradient_checkpointing)
+    if main:
+        report_memory_plan(memory, cfg.quiet)
+    optimizer, scheduler = make_optimizer(model, cfg, cfg.steps)
+    model, optimizer = accelerator.prepare(model, optimizer)
     run = RLRun(cfg, run_dir, data, model, tokenizer, optimizer, scheduler,
                 algo=parts.resolve_algorithm(cfg, data.dataset.labels, [ex.label for ex in data.train]),
                 train_prompts=train_prompts, accelerator=accelerator,
-                sampler=parts.make_sampler(cfg, train_prompts), share=share, dtype=compute_dtype(cfg, accelerator))
+                sampler=parts.make_sampler(cfg, train_prompts), share=share, dtype=dtype, memory=memory)
     if cfg.resume:
         resume(run)
     return run
@@ -304,7 +311,7 @@ def finish_run(run: RLRun, last: dict) -> dict:
     """The final model (when all steps are done) and ``rl_summary.json``, by the main process."""
     cfg = run.cfg
     summary = {"steps_done": run.step, "steps": cfg.steps, "stopped_early": run.step < cfg.steps, "last": last,
-               "precision": precision_name(run.dtype)}
+               "precision": precision_name(run.dtype), "memory": run.memory.as_dict() if run.memory else None}
     if run.step >= cfg.steps:
         model_dir = save_model(run.run_dir, run.policy, run.tokenizer) if run.is_main else run.run_dir / "model"
         summary["model_dir"] = str(model_dir)

@@ -93,6 +93,20 @@ def sampling_options(cfg, tokenizer, dtype: torch.dtype = torch.float32) -> dict
                 pad_token_id=pad, temperature=cfg.temperature, top_p=cfg.top_p, top_k=cfg.top_k, dtype=dtype)
 
 
+def plan_rl_memory(cfg, model, dtype: torch.dtype, prompts: list[list[int]], share: slice):
+    """The memory plan of the training pass at its largest: this process's share of the B
+    prompts, each the longest training prompt, with G completions of ``max_new_tokens``. The
+    shared pass forwards B·(P + G·T) positions; with checkpointing the plain pass runs
+    instead (transformers drops the cache inside checkpointed layers): B·G·(P + T)."""
+    from labelrl.train.memory import plan_memory
+
+    prompts_here = len(range(cfg.prompts_per_step)[share])
+    longest, G, T = max(len(p) for p in prompts), cfg.group_size, cfg.max_new_tokens
+    return plan_memory(model, dtype, tokens=prompts_here * (longest + G * T),
+                       tokens_checkpointed=prompts_here * G * (longest + T), logit_positions=prompts_here * G * T,
+                       requested=cfg.gradient_checkpointing, budget_gib=cfg.memory_budget)
+
+
 def step_seed(seed: int, step: int, round_index: int) -> int:
     """Sampling seed of (step, round): a pure function, so resumed runs sample the same."""
     return (seed * 1_000_003 + step * 1_009 + round_index) % (2**31 - 1)
