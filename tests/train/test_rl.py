@@ -18,7 +18,7 @@ from labelrl.train import rl
 from labelrl.train.config import RLConfig
 
 # Keys whose values depend on wall time or memory, not on the computation.
-TIMING_KEYS = {K.STEP_SECONDS, K.TOKENS_PER_S, K.PEAK_MEMORY_MB}
+TIMING_KEYS = {K.STEP_SECONDS, K.TOKENS_PER_S, K.PEAK_MEMORY_MB, K.SAMPLE_SECONDS, K.UPDATE_SECONDS}
 
 
 def _weights(run_dir):

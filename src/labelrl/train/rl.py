@@ -253,11 +253,14 @@ def rl_step(run: RLRun) -> dict:
     started = time.perf_counter()
     batch = sample_groups_for_step(run)
     diagnostics = advantage_diagnostics(batch.rewards, batch.advantages, run.cfg.group_size, **run.algo.diagnostic_options(batch))
+    updating = time.perf_counter()
     stats = update_policy(run, batch)
+    stats[K.UPDATE_SECONDS] = time.perf_counter() - updating
     run.step += 1
     record = {K.STEP: run.step, **parts.rollout_metrics(batch), **diagnostics, **stats}
     record[K.STEP_SECONDS] = time.perf_counter() - started
     record[K.TOKENS_PER_S] = batch.new_tokens / max(batch.sample_seconds, 1e-9)
+    record[K.SAMPLE_SECONDS] = batch.sample_seconds
     record[K.PEAK_MEMORY_MB] = reduce_value(run.accelerator, parts.peak_memory_mb(), "max")
     run.stop_requested = any_process(run.accelerator, run.stop_requested)  # a signal may reach one process only
     if run.is_main:
