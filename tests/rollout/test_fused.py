@@ -166,3 +166,20 @@ def test_bf16_low_rank_update_is_as_accurate_as_bf16_autocast_and_as_folding():
     with wrapped.disable_adapter():
         no_adapter, _ = step_logits(wrapped, torch.bfloat16, fast=True)
     assert max_error(no_adapter, reference) > 20 * err  # an update left out would show
+
+
+def test_a_long_call_folds_the_trained_adapter_midway_and_samples_the_same(monkeypatch):
+    from labelrl.rollout import fused, sampler
+
+    wrapped = lora_model()
+    merged = copy.deepcopy(wrapped).merge_and_unload()
+    folds = []
+    real_pack = fused._pack
+    monkeypatch.setattr(fused, "_pack", lambda *a, **k: folds.append(k.get("fold_all", False)) or real_pack(*a, **k))
+    monkeypatch.setattr(sampler, "FOLD_AFTER_STEPS", 4)  # 64 on real runs; 4 keeps the test short
+    long = run(wrapped, max_new_tokens=10)
+    assert True in folds  # folded at step 4 ...
+    assert_same_samples(long, run(merged, fast=False, max_new_tokens=10))  # ... and the samples did not change
+    folds.clear()
+    run(wrapped, max_new_tokens=4)
+    assert True not in folds  # a short call never folds

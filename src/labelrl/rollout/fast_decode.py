@@ -37,7 +37,7 @@ from torch import nn
 
 from labelrl.rollout.fused import LlamaWeights, PackedLinear, base_model, clear_fused_cache, fuse_llama
 
-__all__ = ["FastLlamaDecoder", "LlamaWeights", "PackedLinear", "clear_fused_cache", "fuse_llama", "rotary_tables",
+__all__ = ["FastLlamaDecoder", "LlamaWeights", "fast_prefill", "PackedLinear", "clear_fused_cache", "fuse_llama", "rotary_tables",
            "unsupported_reason"]
 
 # Rotary schemes whose inverse frequencies do not depend on the sequence length, so one
@@ -133,24 +133,64 @@ def rotary_tables(weights: LlamaWeights, n_positions: int, like: torch.Tensor) -
     return cos[0].contiguous(), sin_signed.contiguous()
 
 
+def fast_prefill(weights: LlamaWeights, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                 position_ids: torch.Tensor, group_size: int, max_new_tokens: int):
+    """The prefill over left-padded prompts [B, P] on the packed weights: the first logits
+    [B·G, V] (fp32) and a ``FastLlamaDecoder`` holding the prompts' keys and values.
+
+    The same computation as the model's forward (and the same roundings as its bf16 autocast)
+    without its per-call costs: no weight casts, one fused q/k/v and gate/up product per layer
+    on all B·P tokens, attention through SDPA's fused kernel with a causal-and-padding mask
+    (a padding query may see itself, so that no row of the softmax is empty).
+    """
+    with torch.autocast(device_type=input_ids.device.type, enabled=False):
+        w, dtype, (n, length) = weights, weights.dtype, input_ids.shape
+        h_q, h_kv, d = w.n_heads, w.n_kv_heads, w.head_dim
+        like = torch.empty(0, dtype=torch.float32, device=input_ids.device)
+        cos, sin = rotary_tables(w, int(position_ids.max()) + 1, like)
+        cos, sin = cos[position_ids][:, :, None], sin[position_ids][:, :, None]  # [B, P, 1, D]
+        causal = torch.ones((length, length), dtype=torch.bool, device=input_ids.device).tril()
+        allowed = (causal & attention_mask.bool()[:, None, :]) | torch.eye(length, dtype=torch.bool, device=causal.device)
+        x = F.embedding(input_ids, w.embed).reshape(n * length, -1)  # the fp32 residual stream
+        layer_kv = []
+        for layer in w.layers:
+            h = F.rms_norm(x, x.shape[-1:], layer.input_norm, w.eps).to(dtype)
+            qkv = layer.qkv(h).view(n, length, h_q + 2 * h_kv, d)
+            qk = qkv[:, :, : h_q + h_kv].float()
+            qk = torch.addcmul(qk * cos, qk.roll(d // 2, dims=-1), sin)  # RoPE, as in the decode step
+            keys, values = qk[:, :, h_q:].transpose(1, 2).to(dtype), qkv[:, :, h_q + h_kv:].transpose(1, 2)
+            attn = F.scaled_dot_product_attention(qk[:, :, :h_q].transpose(1, 2).to(dtype), keys, values,
+                                                  attn_mask=allowed[:, None], scale=d ** -0.5, enable_gqa=True)
+            x = layer.o.add_to(x, attn.transpose(1, 2).reshape(n * length, h_q * d))
+            h = F.rms_norm(x, x.shape[-1:], layer.post_norm, w.eps).to(dtype)
+            gate, up = layer.gate_up(h).chunk(2, dim=-1)
+            x = layer.down.add_to(x, F.silu(gate) * up)
+            layer_kv.append((keys, values))
+        last = F.rms_norm(x.view(n, length, -1)[:, -1], x.shape[-1:], w.final_norm, w.eps)
+        logits = w.lm_head(last).float().repeat_interleave(group_size, dim=0)
+    return logits, FastLlamaDecoder(w, layer_kv, attention_mask, position_ids[:, -1:] + 1, group_size, max_new_tokens)
+
+
 class FastLlamaDecoder:
     """Decodes one token per live row per ``step``, over a static KV cache.
 
-    Built right after the Hugging Face prefill: ``cache`` is its DynamicCache over the B
-    prompts, ``attention_mask`` [B, P] its left-padding mask, ``next_positions`` [B, 1] each
+    Built right after the prefill (``fast_prefill``, or the Hugging Face forward):
+    ``layer_kv`` holds each layer's (keys, values) [B, KV, P, D] over the B prompts (for a
+    DynamicCache: ``[(layer.keys, layer.values) for layer in cache.layers]``),
+    ``attention_mask`` [B, P] their left-padding mask, ``next_positions`` [B, 1] each
     prompt's next rotary position. Every prompt's rows are repeated ``group_size`` times
     (prompt i owns rows i·G … i·G+G−1) and room is kept for ``max_new_tokens`` tokens.
     """
 
-    def __init__(self, weights: LlamaWeights, cache, attention_mask: torch.Tensor, next_positions: torch.Tensor,
+    def __init__(self, weights: LlamaWeights, layer_kv, attention_mask: torch.Tensor, next_positions: torch.Tensor,
                  group_size: int, max_new_tokens: int):
         self.w = weights
         n_prompts, prompt_len = attention_mask.shape
         self.length = prompt_len  # filled cache slots, the same for every row (left padding)
         max_len = prompt_len + max_new_tokens
         self.keys, self.values = [], []
-        for layer in cache.layers:
-            for source, target in ((layer.keys, self.keys), (layer.values, self.values)):
+        for layer_keys, layer_values in layer_kv:
+            for source, target in ((layer_keys, self.keys), (layer_values, self.values)):
                 shape = (n_prompts, group_size, *source.shape[1:2], max_len, source.shape[-1])
                 static = source.new_empty(shape, dtype=weights.dtype)
                 static[:, :, :, :prompt_len].copy_(source[:, None])  # broadcast: each prompt to its G rows

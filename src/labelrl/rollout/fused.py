@@ -133,6 +133,12 @@ class LlamaWeights:
     dtype: torch.dtype  # compute dtype of the projections and the KV cache
     base_cached: bool = False  # the packed base came from the cache (nothing was re-packed)
 
+    @property
+    def has_low_rank(self) -> bool:
+        """Whether a step pays for low-rank updates (a trained adapter not folded in)."""
+        projections = [p for layer in self.layers for p in (layer.qkv, layer.o, layer.gate_up, layer.down)]
+        return any(p.low_rank is not None for p in projections + [self.lm_head])
+
 
 def base_model(model: nn.Module) -> nn.Module:
     model = getattr(model, "module", model)  # DistributedDataParallel-style wrapper
@@ -217,20 +223,22 @@ def _cache_key(base: nn.Module, dtype: torch.dtype) -> tuple | None:
     return tuple(parts)
 
 
-def effective_weight(module: nn.Module) -> torch.Tensor:
-    """The base weight plus the folded adapters' scale·B·A (peft's ``get_delta_weight``)."""
+def effective_weight(module: nn.Module, fold_all: bool = False) -> torch.Tensor:
+    """The base weight plus the folded adapters' scale·B·A (peft's ``get_delta_weight``);
+    ``fold_all`` folds the trained adapters too."""
     weight = frozen_weight(module)
-    deltas = [module.get_delta_weight(name) for name in folded_adapters(module)]
+    names = _active_lora(module) if fold_all else folded_adapters(module)
+    deltas = [module.get_delta_weight(name) for name in names]
     return weight + sum(deltas) if deltas else weight
 
 
-def _pack(base: nn.Module, rows: int, dtype: torch.dtype) -> list:
+def _pack(base: nn.Module, rows: int, dtype: torch.dtype, fold_all: bool = False) -> list:
     """[(qkv, o, gate_up, down) PackedLinear per layer] + [lm_head PackedLinear, fp32]."""
     packed = []
     for layer in base.model.layers:
-        packed.append(tuple(PackedLinear(torch.cat([effective_weight(m) for m in group]).to(dtype), rows)
+        packed.append(tuple(PackedLinear(torch.cat([effective_weight(m, fold_all) for m in group]).to(dtype), rows)
                             for group in _groups(layer)))
-    packed.append(PackedLinear(effective_weight(base.lm_head).float(), rows))
+    packed.append(PackedLinear(effective_weight(base.lm_head, fold_all).float(), rows))
     return packed
 
 
@@ -256,24 +264,27 @@ def clear_fused_cache(model: nn.Module | None = None) -> None:
         _CACHE.pop(base_model(model), None)
 
 
-def fuse_llama(model: nn.Module, rows: int = 8, dtype: torch.dtype = torch.float32) -> LlamaWeights:
+def fuse_llama(model: nn.Module, rows: int = 8, dtype: torch.dtype = torch.float32,
+               fold_all: bool = False) -> LlamaWeights:
     """Gather the weights of a model ``unsupported_reason`` accepts for steps of about
     ``rows`` rows (a layout hint: any row count works), projections and KV cache in
-    ``dtype`` (fp32 or bf16), the vocabulary projection in fp32. Call it under
-    ``torch.inference_mode`` so the concatenations record no autograd history."""
+    ``dtype`` (fp32 or bf16), the vocabulary projection in fp32. ``fold_all`` folds trained
+    adapters into the packed weights too (packed anew, not kept): no low-rank products per
+    step. Call it under ``torch.inference_mode`` so the concatenations record no autograd
+    history."""
     base = base_model(model)
     config = base.config
-    packed, cached = packed_weights(base, rows, dtype)
+    packed, cached = (_pack(base, rows, dtype, fold_all=True), False) if fold_all else packed_weights(base, rows, dtype)
     layers = []
     for layer, projections in zip(base.model.layers, packed[:-1]):
-        updates = [low_rank(group, dtype) for group in _groups(layer)]
+        updates = [None if fold_all else low_rank(group, dtype) for group in _groups(layer)]
         qkv, o, gate_up, down = (Projection(p, u) for p, u in zip(projections, updates))
         layers.append(LayerWeights(qkv=qkv, o=o, gate_up=gate_up, down=down, input_norm=layer.input_layernorm.weight,
                                    post_norm=layer.post_attention_layernorm.weight))
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
     return LlamaWeights(
         layers=layers, embed=base.model.embed_tokens.weight, final_norm=base.model.norm.weight,
-        lm_head=Projection(packed[-1], low_rank([base.lm_head], torch.float32)),
+        lm_head=Projection(packed[-1], None if fold_all else low_rank([base.lm_head], torch.float32)),
         eps=float(config.rms_norm_eps), n_heads=config.num_attention_heads, n_kv_heads=config.num_key_value_heads,
         head_dim=head_dim, rotary=base.model.rotary_emb, dtype=dtype, base_cached=cached,
     )

@@ -25,7 +25,7 @@ import torch
 from transformers import DynamicCache
 
 from labelrl.models.precision import check_compute_dtype, compute
-from labelrl.rollout.fast_decode import FastLlamaDecoder, fuse_llama, unsupported_reason
+from labelrl.rollout.fast_decode import fast_prefill, fuse_llama, unsupported_reason
 
 
 @dataclass
@@ -273,7 +273,8 @@ def sample_groups(
         fused = time.perf_counter()
         logits, stepper = _prefill(model, prompt_ids, group_size, pad_token_id, weights, max_new_tokens, dtype)
         prefilled = time.perf_counter()
-        steps = _decode(stepper, logits, max_new_tokens, normalise_eos(eos_token_ids), options)
+        refold = (lambda: fuse_llama(model, len(prompt_ids) * group_size, dtype, fold_all=True)) if use_fast else None
+        steps = _decode(stepper, logits, max_new_tokens, normalise_eos(eos_token_ids), options, refold)
         finished = time.perf_counter()
     batch = _assemble(steps, len(prompt_ids), group_size, max_new_tokens, normalise_eos(eos_token_ids))
     batch.timings = {"fuse_s": fused - started, "prefill_s": prefilled - fused, "decode_s": finished - prefilled,
@@ -323,23 +324,34 @@ class HFStepper:
 def _prefill(model, prompt_ids, group_size: int, pad_token_id: int, weights, max_new_tokens: int,
              dtype: torch.dtype = torch.float32):
     """One forward over the B prompts (at ``dtype``); returns the first logits [B*G, V] and a
-    stepper over B*G rows: the fast decoder when ``weights`` are given, else ``HFStepper``."""
+    stepper over B*G rows: with ``weights``, ``fast_prefill`` and the fast decoder, else the
+    model's own forward and ``HFStepper``."""
     input_ids, attention_mask, position_ids = left_pad(prompt_ids, pad_token_id, model_device(model))
+    if weights is not None:
+        return fast_prefill(weights, input_ids, attention_mask, position_ids, group_size, max_new_tokens)
     cache = new_cache(model)
     with compute(model, dtype):
         out = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
                     use_cache=True, logits_to_keep=1, **{cache_kwarg(model): cache})
     logits = out.logits[:, -1].float().repeat_interleave(group_size, dim=0)  # [B*G, V]
-    next_positions = position_ids[:, -1:] + 1  # [B, 1]
-    if weights is not None:
-        return logits, FastLlamaDecoder(weights, cache, attention_mask, next_positions, group_size, max_new_tokens)
     cache.batch_repeat_interleave(group_size)
-    return logits, HFStepper(model, cache, attention_mask.repeat_interleave(group_size, dim=0),
-                             next_positions.repeat_interleave(group_size, dim=0), dtype)
+    next_positions = (position_ids[:, -1:] + 1).repeat_interleave(group_size, dim=0)
+    return logits, HFStepper(model, cache, attention_mask.repeat_interleave(group_size, dim=0), next_positions, dtype)
 
 
-def _decode(stepper, logits, max_new_tokens: int, eos: list[int], options: dict):
-    """Decode until every row has stopped; returns per step (live rows, tokens, log-probs)."""
+# A trained LoRA adapter costs two small products per projection per decode step, while folding
+# it into the weights costs one re-pack (labelrl.rollout.fused). Which is cheaper depends on how
+# many steps a call will take, unknown in advance: as in the ski-rental problem (Karlin et al.
+# 1988), pay per step until the running cost nears that of folding, then fold. On SmolLM2 at
+# r=16 (2 cores) folding cost as much as 30–90 steps of low-rank products; after 64 steps the
+# rest of the call runs on folded weights, never more than about twice the cheaper choice.
+FOLD_AFTER_STEPS = 64
+
+
+def _decode(stepper, logits, max_new_tokens: int, eos: list[int], options: dict, refold=None):
+    """Decode until every row has stopped; returns per step (live rows, tokens, log-probs).
+    ``refold`` (fast path) builds weights with every adapter folded in, used from step
+    ``FOLD_AFTER_STEPS`` on when the current weights carry low-rank updates."""
     live = torch.arange(logits.shape[0])  # original row index of each live row
     eos_ids = torch.tensor(eos, dtype=torch.long, device=logits.device)
     generators, group_size = options.pop("generators", None), options.pop("group_size", None)
@@ -358,6 +370,8 @@ def _decode(stepper, logits, max_new_tokens: int, eos: list[int], options: dict)
             rows = keep.nonzero().squeeze(-1)
             stepper.select(rows)
             live, tokens = live[rows.cpu()], tokens[rows]
+        if step + 1 == FOLD_AFTER_STEPS and refold is not None and stepper.w.has_low_rank:
+            stepper.w = refold()
         logits = stepper.step(tokens)
     return steps
 
