@@ -16,10 +16,12 @@ ops per layer:
   cos/sin table built once by the model's own rotary module.
 
 Precision (``dtype`` of the weights, ``LlamaWeights.dtype``): in fp32 everything is fp32.
-In bf16 the step follows what bf16 autocast does in the training pass: projections and
-attention in bf16 (bf16 weights and KV cache: decoding is bound by reading them), the
-residual stream, the RMSNorms and the rotary embedding in fp32, and the vocabulary
-projection in fp32, so the logits a token is drawn from are fp32.
+In bf16 the step computes what the training pass computes under bf16 autocast
+(``labelrl.models.precision.compute``), rounding for rounding: the projections in bf16 (bf16
+weights: decoding is bound by reading them), and in fp32 the residual stream, the RMSNorms,
+the rotary embedding, the attention with its key/value cache (the CPU attention kernel is
+slower in bf16, and the cache is small next to the weights), and the vocabulary projection,
+so the logits a token is drawn from are fp32.
 
 ``unsupported_reason`` says why a model cannot take this path (the sampler then falls back
 to the Hugging Face forward): anything that is not exactly a ``LlamaForCausalLM`` with SiLU
@@ -158,10 +160,10 @@ def fast_prefill(weights: LlamaWeights, input_ids: torch.Tensor, attention_mask:
             qkv = layer.qkv(h).view(n, length, h_q + 2 * h_kv, d)
             qk = qkv[:, :, : h_q + h_kv].float()
             qk = torch.addcmul(qk * cos, qk.roll(d // 2, dims=-1), sin)  # RoPE, as in the decode step
-            keys, values = qk[:, :, h_q:].transpose(1, 2).to(dtype), qkv[:, :, h_q + h_kv:].transpose(1, 2)
-            attn = F.scaled_dot_product_attention(qk[:, :, :h_q].transpose(1, 2).to(dtype), keys, values,
+            keys, values = qk[:, :, h_q:].transpose(1, 2), qkv[:, :, h_q + h_kv:].transpose(1, 2).float()
+            attn = F.scaled_dot_product_attention(qk[:, :, :h_q].transpose(1, 2), keys, values,
                                                   attn_mask=allowed[:, None], scale=d ** -0.5, enable_gqa=True)
-            x = layer.o.add_to(x, attn.transpose(1, 2).reshape(n * length, h_q * d))
+            x = layer.o.add_to(x, attn.transpose(1, 2).reshape(n * length, h_q * d).to(dtype))
             h = F.rms_norm(x, x.shape[-1:], layer.post_norm, w.eps).to(dtype)
             gate, up = layer.gate_up(h).chunk(2, dim=-1)
             x = layer.down.add_to(x, F.silu(gate) * up)
@@ -192,11 +194,11 @@ class FastLlamaDecoder:
         for layer_keys, layer_values in layer_kv:
             for source, target in ((layer_keys, self.keys), (layer_values, self.values)):
                 shape = (n_prompts, group_size, *source.shape[1:2], max_len, source.shape[-1])
-                static = source.new_empty(shape, dtype=weights.dtype)
+                static = source.new_empty(shape, dtype=torch.float32)  # attention runs in fp32
                 static[:, :, :, :prompt_len].copy_(source[:, None])  # broadcast: each prompt to its G rows
                 target.append(static.flatten(0, 1))  # [B·G, KV, max_len, D]
         device = attention_mask.device
-        mask = torch.zeros((n_prompts, max_len), dtype=weights.dtype, device=device)
+        mask = torch.zeros((n_prompts, max_len), dtype=torch.float32, device=device)
         mask[:, :prompt_len].masked_fill_(attention_mask == 0, -math.inf)
         self.mask = mask.repeat_interleave(group_size, dim=0)  # [B·G, max_len]: 0 = a real token, −inf = padding
         self.positions = next_positions[:, 0].repeat_interleave(group_size, dim=0)  # [B·G]
@@ -230,10 +232,10 @@ class FastLlamaDecoder:
             keys[:, :, slot].copy_(qk[:, h_q:])
             values[:, :, slot].copy_(qkv[:, (h_q + h_kv) * d:].view(n, h_kv, d))
             # GQA: the H/KV query heads that share a key/value head become query rows of it.
-            q = qk[:, :h_q].reshape(n, h_kv, h_q // h_kv, d).to(dtype)
+            q = qk[:, :h_q].reshape(n, h_kv, h_q // h_kv, d)
             attn = F.scaled_dot_product_attention(q, keys[:, :, : slot + 1], values[:, :, : slot + 1],
                                                   attn_mask=mask, scale=self.scale)
-            x = layer.o.add_to(x, attn.reshape(n, h_q * d))  # residual + o_proj
+            x = layer.o.add_to(x, attn.reshape(n, h_q * d).to(dtype))  # residual + o_proj
             h = F.rms_norm(x, x.shape[-1:], layer.post_norm, w.eps).to(dtype)
             gate, up = layer.gate_up(h).chunk(2, dim=-1)
             x = layer.down.add_to(x, F.silu(gate) * up)  # residual + down_proj (SwiGLU MLP)

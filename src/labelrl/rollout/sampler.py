@@ -145,35 +145,38 @@ def warp_logits(logits: torch.Tensor, *, temperature: float, top_k: int, top_p: 
 
 def choose_tokens(
     logits: torch.Tensor, *, temperature: float, top_k: int, top_p: float,
-    generator: torch.Generator | None = None, noise: torch.Tensor | None = None,
+    generator: torch.Generator | None = None, uniforms: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Next token per row [N] from raw logits [N, V]: argmax at temperature 0, else a draw.
 
-    The draw uses Exp(1) ``noise`` [N, V] when given (see ``exponential_noise``), else fresh
-    noise from ``generator``.
+    The draw inverts each row's cumulative distribution at one uniform number u ∈ [0, 1):
+    the token is the first whose cumulative probability exceeds u (an exact draw from
+    softmax(scores); tokens that top-k/top-p removed have probability 0 and are never
+    chosen). ``uniforms`` [N] (float64, see ``row_uniforms``) when given, else fresh ones
+    from ``generator``, drawn on the CPU so one seed gives the same tokens on every device.
+    One random number per row: the Gumbel-max draw used before needed V exponentials per
+    row, 6 ms of a ~40 ms decode step at 8 rows × 49k tokens on this CPU.
     """
     if temperature == 0:
         return logits.argmax(dim=-1)
     scores = warp_logits(logits, temperature=temperature, top_k=top_k, top_p=top_p)
-    # Gumbel-max (the "exponential race"): argmax(s − log E) with E ~ Exp(1) is an exact draw
-    # from softmax(s), and on a 49k vocabulary about 20× faster than torch.multinomial on CPU.
-    # The noise is drawn on the CPU so one seed gives the same tokens on every device.
-    if noise is None:
-        noise = torch.empty(scores.shape, dtype=torch.float32).exponential_(generator=generator)
-    return (scores - noise.log().to(scores.device)).argmax(dim=-1)
+    if uniforms is None:
+        uniforms = torch.rand(scores.shape[0], dtype=torch.float64, generator=generator)
+    cdf = torch.softmax(scores, dim=-1).double().cumsum(dim=-1)  # float64: 49k fp32 terms would drift
+    threshold = (uniforms.to(cdf.device) * cdf[:, -1]).unsqueeze(-1)
+    return torch.searchsorted(cdf, threshold, right=True).squeeze(-1).clamp(max=scores.shape[-1] - 1)
 
 
-def exponential_noise(live: torch.Tensor, vocab: int, generators: Sequence[torch.Generator], group_size: int) -> torch.Tensor:
-    """Exp(1) noise [len(live), V] for the live rows, each group's rows from its own generator.
+def row_uniforms(live: torch.Tensor, generators: Sequence[torch.Generator], group_size: int) -> torch.Tensor:
+    """One uniform number [len(live)] per live row (float64), each group's rows from its own generator.
 
     ``live`` holds ascending original row indices (row r belongs to prompt r // G), so each
     group's live rows are contiguous; a group draws only for its own live rows, so its
     samples do not depend on which other prompts share the batch.
     """
     groups, counts = torch.unique_consecutive(live // group_size, return_counts=True)
-    blocks = [torch.empty((int(n), vocab), dtype=torch.float32).exponential_(generator=generators[int(g)])
-              for g, n in zip(groups.tolist(), counts.tolist())]
-    return torch.cat(blocks)
+    return torch.cat([torch.rand(int(n), dtype=torch.float64, generator=generators[int(g)])
+                      for g, n in zip(groups.tolist(), counts.tolist())])
 
 
 @contextlib.contextmanager
@@ -357,10 +360,10 @@ def _decode(stepper, logits, max_new_tokens: int, eos: list[int], options: dict,
     generators, group_size = options.pop("generators", None), options.pop("group_size", None)
     steps = []
     for step in range(max_new_tokens):
-        noise = None
+        uniforms = None
         if generators is not None and options["temperature"] > 0:
-            noise = exponential_noise(live, logits.shape[-1], generators, group_size)
-        tokens = choose_tokens(logits, noise=noise, **options)
+            uniforms = row_uniforms(live, generators, group_size)
+        tokens = choose_tokens(logits, uniforms=uniforms, **options)
         logprobs = logits.gather(-1, tokens[:, None]).squeeze(-1) - torch.logsumexp(logits, dim=-1)
         steps.append((live, tokens.cpu(), logprobs.cpu()))
         keep = ~torch.isin(tokens, eos_ids)
