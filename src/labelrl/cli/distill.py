@@ -112,6 +112,8 @@ def register(app: typer.Typer) -> None:
         api_key_env: str = _opt("api_key_env", "--api-key-env", d["api_key_env"]),
         text_col: Optional[list[str]] = _opt("text_col", "--text-col"), label_col: Optional[str] = _opt("label_col", "--label-col"),
         labels: Optional[str] = _opt("labels", "--labels"), json_path: Optional[Path] = _opt("json_path", "--json"),
+        precision: str = typer.Option(d["precision"], "--precision", help=_help("precision") + " One of: auto/fp32/bf16.",
+                                      metavar="AUTO|FP32|BF16"),
     ) -> None:
         values = dict(locals())
         values["text_col"] = text_col or []

@@ -239,6 +239,8 @@ def register(app: typer.Typer) -> None:
         limit: Optional[int] = _opt("limit", "--limit"), n_boot: int = _opt("n_boot", "--n-boot"),
         seed: int = _opt("seed", "--seed"), batch_size: int = _opt("batch_size", "--batch-size"),
         max_new_tokens: Optional[int] = _opt("max_new_tokens", "--max-new-tokens"),
+        precision: str = typer.Option("auto", "--precision", help=_help("precision") + " One of: auto/fp32/bf16.",
+                                      metavar="AUTO|FP32|BF16"),
     ) -> None:
         values = dict(locals())
         values["text_col"] = values["text_col"] or []
