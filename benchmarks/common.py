@@ -7,10 +7,12 @@ import time
 
 import torch
 
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
-def matmul_flops(size: int = 2048, repeats: int = 5) -> float:
-    """FLOP/s of an fp32 ``size``×``size`` matrix product (2·n³ FLOPs), median of ``repeats``."""
-    a, b = torch.randn(size, size), torch.randn(size, size)
+
+def matmul_flops(size: int = 2048, repeats: int = 5, dtype: torch.dtype = torch.float32) -> float:
+    """FLOP/s of a ``size``×``size`` matrix product (2·n³ FLOPs) in ``dtype``, median of ``repeats``."""
+    a, b = torch.randn(size, size).to(dtype), torch.randn(size, size).to(dtype)
     a @ b  # warm-up
     times = []
     for _ in range(repeats):
@@ -18,6 +20,17 @@ def matmul_flops(size: int = 2048, repeats: int = 5) -> float:
         a @ b
         times.append(time.perf_counter() - started)
     return 2 * size**3 / statistics.median(times)
+
+
+def machine_rates() -> dict[str, float]:
+    """Measured 2048×2048 matrix-product FLOP/s in fp32 and bf16: what the machine can do at
+    best in each precision, printed next to every model FLOP/s figure."""
+    return {name: matmul_flops(dtype=dtype) for name, dtype in DTYPES.items()}
+
+
+def rates_line(rates: dict[str, float]) -> str:
+    return ("2048×2048 matmul: " + ", ".join(f"{name} {value / 1e9:.1f} GFLOP/s" for name, value in rates.items())
+            + f" (bf16/fp32 {rates['bf16'] / rates['fp32']:.2f}×)")
 
 
 def forward_flops(model, tokens: int, projected: int) -> float:
@@ -30,3 +43,14 @@ def forward_flops(model, tokens: int, projected: int) -> float:
     total = sum(p.numel() for p in model.parameters())  # a tied head is counted once
     layers = total - embed.numel() - (0 if head is embed else head.numel())
     return 2.0 * layers * tokens + 2.0 * head.numel() * projected
+
+
+def busy_note() -> str:
+    """The load average next to the core count: these machines are shared."""
+    import os
+
+    try:
+        load = os.getloadavg()
+    except OSError:
+        return "load average unknown"
+    return f"load average {load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f} (1/5/15 min) on {os.cpu_count()} cores"

@@ -1,4 +1,4 @@
-"""RL step throughput: labelrl's RL step against TRL 1.16's GRPOTrainer, side by side.
+"""RL step throughput: labelrl's RL step against TRL 1.16's GRPOTrainer, side by side, fp32 and bf16.
 
     .venv/bin/python benchmarks/rl_step.py [--json OUT] [--steps N] [--group-sizes 4 8] [--threads T]
 
@@ -11,13 +11,22 @@ timed steps; figures are medians over the timed steps.
 
 Rows per G:
 
-- ``labelrl`` — the default trainer. The raw model never writes ``<answer>…</answer>``, so
-  every group is uniform (reward 0, advantages 0) and the skip rule drops the whole
-  training pass: this row times sampling and grading only.
-- ``labelrl (no skip)`` — ``skip_uninformative=False``: the training pass runs on every
-  group, as TRL's does; this is the fair comparison and the one ``ratio_vs_trl`` uses.
-- ``trl`` — ``GRPOTrainer.train()`` with ``max_steps = 1 + steps``; a callback records the
-  end time of each optimizer step.
+- ``labelrl`` — the default trainer at its default precision (``auto``: bf16 on a CPU with
+  native bf16). The raw model never writes ``<answer>…</answer>``, so every group is uniform
+  (reward 0, advantages 0) and the skip rule drops the whole training pass: this row times
+  sampling and grading only.
+- ``labelrl fp32`` / ``labelrl bf16`` (no skip) — ``skip_uninformative=False``: the training
+  pass runs on every group, as TRL's does; this is the fair comparison.
+- ``trl fp32`` — ``GRPOTrainer.train()`` with ``bf16=False`` (the setting of this script's
+  earlier figures), and ``trl bf16`` with ``bf16=True``, which is GRPOConfig's own default in
+  TRL 1.16 and which it accepts on CPU (accelerate's bf16 autocast). Both keep TRL's other
+  defaults, gradient checkpointing included. A callback records the end of each step.
+
+JSON: ``labelrl_steps_per_s`` (labelrl, no skip, default precision), ``trl_steps_per_s`` (TRL
+with ``bf16=False``, as before) and ``ratio_vs_trl`` keep their meaning; per-precision keys
+``labelrl_fp32_steps_per_s``, ``labelrl_bf16_steps_per_s``, ``trl_bf16_steps_per_s``,
+``ratio_vs_trl_bf16`` (labelrl default vs TRL bf16), ``ratio_fp32_vs_trl``,
+``ratio_bf16_vs_trl_bf16`` are added.
 
 Each row runs in its own subprocess (the script re-invokes itself with ``--only``) so that
 peak resident memory is that framework's alone. Rows of one G run one after the other;
@@ -30,7 +39,9 @@ backward pass through frozen weights (LoRA) about 2 more for the activation grad
 LoRA weight gradients are negligible. Trained tokens are prompt + completion tokens of every
 sequence in the training pass (labelrl's shared-prompt pass counts each prompt once per
 group, so its figure is the work it did, not the work a plain pass would do). Prompt prefill
-during sampling is left out. Next to it, the FLOP/s of a 2048×2048 fp32 matrix product.
+during sampling is left out. For labelrl the training pass is also timed alone
+(``perf/update_seconds``): its model FLOP/s = 4 × P × trained tokens / update seconds. Next
+to them, the FLOP/s of a 2048×2048 matrix product in fp32 and in bf16.
 """
 
 from __future__ import annotations
@@ -48,7 +59,7 @@ from pathlib import Path
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import torch  # noqa: E402
-from common import matmul_flops  # noqa: E402  (benchmarks/common.py; the script's folder is on sys.path)
+from common import busy_note, machine_rates, rates_line  # noqa: E402  (benchmarks/common.py; the script's folder is on sys.path)
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
@@ -60,19 +71,20 @@ PROMPTS_PER_STEP = 2
 MAX_NEW_TOKENS = 32
 SEED = 0
 LEARNING_RATE = 1e-4
-VARIANTS = ("labelrl", "labelrl_noskip", "trl")
-LABELS = {"labelrl": "labelrl", "labelrl_noskip": "labelrl (no skip)", "trl": "trl"}
+VARIANTS = ("labelrl", "labelrl_fp32", "labelrl_bf16", "trl_fp32", "trl_bf16")
+LABELS = {"labelrl": "labelrl (default, skip)", "labelrl_fp32": "labelrl fp32", "labelrl_bf16": "labelrl bf16",
+          "trl_fp32": "trl fp32 (bf16=False)", "trl_bf16": "trl bf16 (bf16=True)"}
 RESULT_MARK = "RL_STEP_RESULT "
 
 
-def rl_config(group_size: int, steps: int, out: Path, skip: bool):
+def rl_config(group_size: int, steps: int, out: Path, skip: bool, precision: str = "auto"):
     from labelrl.train.config import RLConfig
 
     return RLConfig(
         model=MODEL, data=DATA, lora=True, lora_r=16, lora_alpha=32, group_size=group_size,
         prompts_per_step=PROMPTS_PER_STEP, max_new_tokens=MAX_NEW_TOKENS, steps=steps, quiet=True,
         out=out, seed=SEED, learning_rate=LEARNING_RATE, skip_uninformative=skip,
-        checkpoint_every=10_000,
+        checkpoint_every=10_000, precision=precision,
     )
 
 
@@ -81,15 +93,16 @@ def base_params(model) -> int:
     return sum(p.numel() for n, p in model.named_parameters() if "lora_" not in n)
 
 
-def run_labelrl(group_size: int, steps: int, skip: bool, out: Path) -> dict:
+def run_labelrl(group_size: int, steps: int, skip: bool, out: Path, precision: str) -> dict:
     """One warm-up and ``steps`` timed calls of ``labelrl.train.rl.rl_step``."""
     from labelrl import metrics_keys as K
+    from labelrl.models.precision import precision_name
     from labelrl.train.rl import rl_step, start_run
     from labelrl.train.setup import peak_memory_mb
 
-    run = start_run(rl_config(group_size, 1 + steps, out, skip))
+    run = start_run(rl_config(group_size, 1 + steps, out, skip, precision))
     n_params = base_params(run.model)
-    seconds, generated, trained, skipped, rewards = [], [], [], [], []
+    seconds, generated, trained, skipped, rewards, sample_s, update_s = [], [], [], [], [], [], []
     for index in range(1 + steps):
         started = time.perf_counter()
         record = rl_step(run)
@@ -101,9 +114,12 @@ def run_labelrl(group_size: int, steps: int, skip: bool, out: Path) -> dict:
         trained.append(record["train/token_passes"])
         skipped.append(record[K.SKIPPED])
         rewards.append(record[K.REWARD_MEAN])
+        sample_s.append(record[K.SAMPLE_SECONDS])
+        update_s.append(record[K.UPDATE_SECONDS])
     return {"seconds": seconds, "generated_tokens": generated, "trained_tokens": trained,
             "groups_skipped": skipped, "reward_mean": rewards, "params": n_params,
-            "peak_rss_mb": peak_memory_mb()}
+            "peak_rss_mb": peak_memory_mb(), "sample_seconds": sample_s, "update_seconds": update_s,
+            "precision": precision_name(run.dtype)}
 
 
 def trl_dataset_and_reward(group_size: int, steps: int, out: Path):
@@ -133,7 +149,7 @@ def trl_dataset_and_reward(group_size: int, steps: int, out: Path):
     return model, tokenizer, dataset, reward
 
 
-def run_trl(group_size: int, steps: int, out: Path) -> dict:
+def run_trl(group_size: int, steps: int, out: Path, bf16: bool) -> dict:
     """``GRPOTrainer.train()`` for ``1 + steps`` steps; step times from a callback."""
     from peft import LoraConfig
     from transformers import TrainerCallback
@@ -162,7 +178,7 @@ def run_trl(group_size: int, steps: int, out: Path) -> dict:
 
     args = GRPOConfig(
         output_dir=str(out / "trl"), per_device_train_batch_size=PROMPTS_PER_STEP * group_size,
-        num_generations=group_size, max_completion_length=MAX_NEW_TOKENS, use_cpu=True, bf16=False,
+        num_generations=group_size, max_completion_length=MAX_NEW_TOKENS, use_cpu=True, bf16=bf16,
         report_to=[], logging_steps=1, save_strategy="no", max_steps=1 + steps, learning_rate=LEARNING_RATE,
         seed=SEED, beta=0.0, temperature=1.0, lr_scheduler_type="constant", top_p=1.0, max_grad_norm=1.0, disable_tqdm=True,
     )
@@ -179,7 +195,8 @@ def run_trl(group_size: int, steps: int, out: Path) -> dict:
     rewards = [h["reward"] for h in trainer.state.log_history if "reward" in h][1:]
     return {"seconds": step_seconds, "generated_tokens": generated, "trained_tokens": trained,
             "groups_skipped": [0] * len(step_seconds), "reward_mean": rewards, "params": n_params,
-            "peak_rss_mb": peak_memory_mb()}
+            "peak_rss_mb": peak_memory_mb(), "precision": "bf16" if bf16 else "fp32",
+            "gradient_checkpointing": bool(getattr(args, "activation_checkpointing", None) or args.gradient_checkpointing)}
 
 
 def run_only(args) -> None:
@@ -189,10 +206,11 @@ def run_only(args) -> None:
     group_size = args.group_sizes[0]
     with tempfile.TemporaryDirectory(prefix="rl_step_") as tmp:
         out = Path(tmp)
-        if args.only == "trl":
-            result = run_trl(group_size, args.steps, out)
+        if args.only.startswith("trl"):
+            result = run_trl(group_size, args.steps, out, bf16=args.only == "trl_bf16")
         else:
-            result = run_labelrl(group_size, args.steps, args.only == "labelrl", out / "run")
+            precision = {"labelrl": "auto", "labelrl_fp32": "fp32", "labelrl_bf16": "bf16"}[args.only]
+            result = run_labelrl(group_size, args.steps, args.only == "labelrl", out / "run", precision)
     result.update(variant=args.only, group_size=group_size, torch_threads=torch.get_num_threads())
     print(RESULT_MARK + json.dumps(result), flush=True)
 
@@ -214,51 +232,66 @@ def summarise(raw: dict) -> dict:
     step_s = statistics.median(raw["seconds"])
     generated = statistics.median(raw["generated_tokens"])
     trained = statistics.median(raw["trained_tokens"])
-    return {
+    out = {
         "steps_per_s": 1 / step_s, "step_s_median": step_s, "step_s": raw["seconds"],
         "generated_tokens_per_s": generated / step_s,
         "model_flops": (2 * raw["params"] * generated + 4 * raw["params"] * trained) / step_s,
         "generated_tokens_median": generated, "trained_tokens_median": trained,
         "groups_skipped": raw["groups_skipped"], "reward_mean": raw["reward_mean"],
-        "peak_rss_mb": raw["peak_rss_mb"],
+        "peak_rss_mb": raw["peak_rss_mb"], "precision": raw["precision"],
     }
+    if "update_seconds" in raw:
+        update_s = statistics.median(raw["update_seconds"])
+        out.update(sample_s_median=statistics.median(raw["sample_seconds"]), update_s_median=update_s,
+                   training_pass_flops=4 * raw["params"] * trained / update_s if trained else 0.0)
+    return out
 
 
 def measure_group(group_size: int, args) -> dict:
     rows = {variant: summarise(child(variant, group_size, args)) for variant in VARIANTS}
+    default = "labelrl_" + rows["labelrl"]["precision"]  # the no-skip row at the default precision
+    sps = {name: row["steps_per_s"] for name, row in rows.items()}
     return {
-        "group_size": group_size, "rows": rows,
-        "labelrl_steps_per_s": rows["labelrl_noskip"]["steps_per_s"],
-        "labelrl_skip_steps_per_s": rows["labelrl"]["steps_per_s"],
-        "trl_steps_per_s": rows["trl"]["steps_per_s"],
-        "ratio_vs_trl": rows["labelrl_noskip"]["steps_per_s"] / rows["trl"]["steps_per_s"],
-        "ratio_vs_trl_with_skip": rows["labelrl"]["steps_per_s"] / rows["trl"]["steps_per_s"],
+        "group_size": group_size, "rows": rows, "labelrl_default_precision": rows["labelrl"]["precision"],
+        "labelrl_steps_per_s": sps[default], "labelrl_skip_steps_per_s": sps["labelrl"],
+        "labelrl_fp32_steps_per_s": sps["labelrl_fp32"], "labelrl_bf16_steps_per_s": sps["labelrl_bf16"],
+        "trl_steps_per_s": sps["trl_fp32"], "trl_bf16_steps_per_s": sps["trl_bf16"],
+        "ratio_vs_trl": sps[default] / sps["trl_fp32"], "ratio_vs_trl_bf16": sps[default] / sps["trl_bf16"],
+        "ratio_fp32_vs_trl": sps["labelrl_fp32"] / sps["trl_fp32"],
+        "ratio_bf16_vs_trl_bf16": sps["labelrl_bf16"] / sps["trl_bf16"],
+        "ratio_vs_trl_with_skip": sps["labelrl"] / sps["trl_fp32"],
+        "labelrl_bf16_vs_fp32": sps["labelrl_bf16"] / sps["labelrl_fp32"],
     }
 
 
 def render(report: dict) -> None:
     table = Table(title=f"RL step, SmolLM2-135M + LoRA r=16, {PROMPTS_PER_STEP} prompts × G, ≤{MAX_NEW_TOKENS} new tokens, "
                         f"median of {report['steps']} steps after 1 warm-up")
-    for column in ("G", "framework", "s/step", "steps/s", "vs trl", "gen tok/s", "GFLOP/s", "peak RSS MB",
-                   "groups skipped", "reward"):
+    for column in ("G", "framework", "s/step", "vs trl fp32", "vs trl bf16", "sample s", "train s", "gen tok/s",
+                   "GFLOP/s step | train pass", "peak RSS MB", "skipped", "reward"):
         table.add_column(column, justify="right")
     for cell in report["results"]:
-        trl = cell["rows"]["trl"]["steps_per_s"]
+        trl, trl16 = cell["trl_steps_per_s"], cell["trl_bf16_steps_per_s"]
         for variant in VARIANTS:
             row = cell["rows"][variant]
+            train_pass = f" | {row['training_pass_flops'] / 1e9:.1f}" if row.get("training_pass_flops") else ""
             table.add_row(
-                str(cell["group_size"]), LABELS[variant], f"{row['step_s_median']:.2f}", f"{row['steps_per_s']:.3f}",
-                f"{row['steps_per_s'] / trl:.2f}×", f"{row['generated_tokens_per_s']:.1f}",
-                f"{row['model_flops'] / 1e9:.2f}", f"{row['peak_rss_mb']:.0f}",
-                "/".join(str(s) for s in row["groups_skipped"]),
+                str(cell["group_size"]), LABELS[variant] + (f" [{row['precision']}]" if variant == "labelrl" else ""),
+                f"{row['step_s_median']:.2f}", f"{row['steps_per_s'] / trl:.2f}×", f"{row['steps_per_s'] / trl16:.2f}×",
+                f"{row['sample_s_median']:.2f}" if "sample_s_median" in row else "–",
+                f"{row['update_s_median']:.2f}" if "update_s_median" in row else "–",
+                f"{row['generated_tokens_per_s']:.1f}", f"{row['model_flops'] / 1e9:.1f}{train_pass}",
+                f"{row['peak_rss_mb']:.0f}", "/".join(str(s) for s in row["groups_skipped"]),
                 "/".join(f"{r:.2f}" for r in row["reward_mean"]),
             )
-    console = Console(width=max(Console().width, 130))
+    console = Console(width=max(Console().width, 150))
     console.print(table)
-    console.print(f"fp32 2048×2048 matmul: {report['matmul_flops'] / 1e9:.1f} GFLOP/s; model FLOP/s = "
-                  "(2·P·generated + 4·P·trained tokens) / step time")
-    console.print("ratio_vs_trl uses 'labelrl (no skip)', which trains on every group as TRL does; the default "
-                  "'labelrl' row skips the training pass of uniform groups (all groups here: the raw model earns 0).")
+    console.print(rates_line(report["matmul_flops"]) + "; model FLOP/s = (2·P·generated + 4·P·trained tokens) / step "
+                  "time; training pass = 4·P·trained tokens / its own time")
+    console.print("ratio_vs_trl: labelrl at its default precision without the skip rule (trains on every group, as TRL "
+                  "does) against TRL with bf16=False; the 'labelrl (default, skip)' row skips the training pass of uniform "
+                  "groups (all groups here: the raw model earns 0).")
+    console.print(f"machine: {report['machine']}")
 
 
 def main() -> None:
@@ -276,13 +309,15 @@ def main() -> None:
         return
     if args.threads:
         torch.set_num_threads(args.threads)
+    machine = busy_note()
     results = [measure_group(g, args) for g in args.group_sizes]
     first = results[0]
     report = {
         "model": MODEL, "data": DATA, "prompts_per_step": PROMPTS_PER_STEP, "max_new_tokens": MAX_NEW_TOKENS,
         "steps": args.steps, "group_sizes": args.group_sizes, "torch_threads": torch.get_num_threads(),
-        "labelrl_steps_per_s": first["labelrl_steps_per_s"], "trl_steps_per_s": first["trl_steps_per_s"],
-        "ratio_vs_trl": first["ratio_vs_trl"], "matmul_flops": matmul_flops(), "results": results,
+        **{key: first[key] for key in first if key.endswith("_steps_per_s") or key.startswith("ratio")},
+        "labelrl_default_precision": first["labelrl_default_precision"], "matmul_flops": machine_rates(),
+        "results": results, "machine": f"start: {machine}; end: {busy_note()}",
     }
     render(report)
     if args.json:

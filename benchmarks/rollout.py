@@ -1,30 +1,41 @@
-"""Rollout throughput: labelrl's shared-prompt sampler against Hugging Face ``generate``.
+"""Rollout throughput: labelrl's shared-prompt sampler against Hugging Face ``generate``, in fp32 and bf16.
 
     .venv/bin/python benchmarks/rollout.py [--json OUT] [--runs 3] [--new-tokens 32] [--threads N]
 
 SmolLM2-135M-Instruct, 2 prompts of about 100 tokens (96 and 104, cut from one fixed text,
 so left padding is exercised), G = 4 and 8 samples per prompt, 32 new tokens per sample,
-greedy and sampling (temperature 1). Three backends: ``labelrl`` (the sampler with its fast
-Llama decode step, labelrl.rollout.fast_decode, weight fusing and packing included in every
-call's time), ``labelrl-hf`` (the same sampler decoding through the model's own forward,
-``fast=False``) and ``hf`` (``generate``). EOS is switched off so every sample of both backends
-generates exactly ``--new-tokens`` tokens and the token counts are equal. Each cell is the
-median of ``--runs`` timed runs, the backends alternating run by run so that machine
-noise hits both alike; compare the ratio, not absolute figures across runs. On a shared
-machine the fastest run of each backend is the least disturbed, so the ratio of best runs is
-printed too. ``--threads`` fixes torch's CPU thread count (fewer threads than busy cores
-avoids the slow-downs of oversubscribed OpenMP barriers).
+greedy and sampling (temperature 1). Three backends, each in fp32 and bf16 (six arms):
+``labelrl`` (the sampler with its fast Llama decode step, labelrl.rollout.fast_decode),
+``labelrl-hf`` (the same sampler decoding through the model's own forward, ``fast=False``)
+and ``hf`` (``generate``; bf16 = under bf16 autocast with an fp32 vocabulary projection, as
+labelrl runs the HF forward). EOS is switched off so every sample of every arm generates
+exactly ``--new-tokens`` tokens and the token counts are equal. Each cell is the median of
+``--runs`` timed runs, the arms alternating run by run so that machine noise hits all alike;
+compare the ratios, not absolute figures across runs. On a shared machine the fastest run of
+each arm is the least disturbed, so the ratio of best runs is printed too. ``--threads``
+fixes torch's CPU thread count (fewer threads than busy cores avoids the slow-downs of
+oversubscribed OpenMP barriers).
+
+The model here is frozen (as in evaluation), so labelrl packs its weights once and reuses
+them. The per-call overhead of RL with LoRA, whose adapter changes every step, is measured
+apart on SmolLM2 + LoRA r=16 (a trained adapter): "before" re-folds the adapter into every
+weight and re-packs them on every call (what the sampler did until the packed base was kept);
+"after" keeps the packed base and applies the adapter as a low-rank update per step.
+
+Greedy agreement: the share of greedy completions whose tokens are identical in bf16 and
+fp32 (labelrl's sampler), and where the first difference falls, measured, not assumed.
 
 Model FLOP/s ≈ 2 × parameters × new tokens / second: a forward pass costs about two FLOPs
 (multiply, add) per weight per token. It leaves out attention over the context and the
 prompt prefill (which ``generate`` does G times per prompt, the shared sampler once), so it
-is the useful work per generated token, the same for both backends. Next to it, the FLOP/s
-of a 2048×2048 fp32 matrix product measures what the machine can do at best.
+is the useful work per generated token, the same for every arm. Next to it, the FLOP/s of a
+2048×2048 matrix product in fp32 and in bf16: what the machine can do at best in each.
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import importlib.util
 import os
 import statistics
@@ -39,7 +50,8 @@ from rich.table import Table  # noqa: E402
 
 from labelrl.fileio import atomic_write_json  # noqa: E402
 from labelrl.rollout import generate_groups, sample_groups  # noqa: E402
-from common import matmul_flops  # benchmarks/common.py (the script's own folder is on sys.path)
+from labelrl.rollout.fast_decode import clear_fused_cache  # noqa: E402
+from common import DTYPES, busy_note, machine_rates, rates_line  # noqa: E402  (benchmarks/common.py)
 
 
 def sample_groups_hf_forward(model, prompts, **options):
@@ -47,6 +59,7 @@ def sample_groups_hf_forward(model, prompts, **options):
 
 
 BACKENDS = {"labelrl": sample_groups, "labelrl-hf": sample_groups_hf_forward, "hf": generate_groups}
+ARMS = [f"{backend}/{precision}" for backend in BACKENDS for precision in DTYPES]
 MODES = {"greedy": dict(temperature=0.0), "sample": dict(temperature=1.0)}
 PROMPT_LENGTHS = (96, 104)
 TEXT = (
@@ -93,70 +106,121 @@ def fixed_prompts(tokenizer) -> list[list[int]]:
     return [ids[: PROMPT_LENGTHS[0]], ids[PROMPT_LENGTHS[0]: sum(PROMPT_LENGTHS)]]
 
 
-def run_once(backend: str, model, prompts, group_size: int, mode: str, new_tokens: int, seed: int):
+def run_once(arm: str, model, prompts, group_size: int, mode: str, new_tokens: int, seed: int):
+    backend, precision = arm.split("/")
     started = time.perf_counter()
-    batch = BACKENDS[backend](model, prompts, group_size=group_size, max_new_tokens=new_tokens,
-                              eos_token_ids=[], pad_token_id=0, seed=seed, **MODES[mode])
+    batch = BACKENDS[backend](model, prompts, group_size=group_size, max_new_tokens=new_tokens, eos_token_ids=[],
+                              pad_token_id=0, seed=seed, dtype=DTYPES[precision], **MODES[mode])
     return time.perf_counter() - started, batch
 
 
+def greedy_agreement(a: list[list[int]], b: list[list[int]]) -> dict:
+    """Share of identical completions, and the first differing position of each that differs."""
+    firsts = [next((i for i, (x, y) in enumerate(zip(p, q)) if x != y), min(len(p), len(q)))
+              for p, q in zip(a, b) if p != q]
+    return {"identical_share": 1 - len(firsts) / len(a), "first_difference_at": firsts}
+
+
 def measure_cell(model, prompts, group_size: int, mode: str, args, n_params: int) -> dict:
-    """Both backends on one (G, mode) cell, runs interleaved; medians and the ratio."""
-    seconds = {name: [] for name in BACKENDS}
-    prefill, fuse, fast_used = [], [], []
+    """Every arm on one (G, mode) cell, runs interleaved; medians and the ratios."""
+    seconds = {arm: [] for arm in ARMS}
+    timings = {arm: [] for arm in ARMS if arm.startswith("labelrl/")}
     outputs = {}
     for run in range(args.runs):
-        for name in BACKENDS:
-            elapsed, batch = run_once(name, model, prompts, group_size, mode, args.new_tokens, seed=run)
-            seconds[name].append(elapsed)
-            outputs[name] = batch.completion_ids
-            if name == "labelrl":
-                prefill.append(batch.timings["prefill_s"])
-                fuse.append(batch.timings["fuse_s"])
-                fast_used.append(batch.timings["fast_decode"] == 1.0)
+        for arm in ARMS:
+            elapsed, batch = run_once(arm, model, prompts, group_size, mode, args.new_tokens, seed=run)
+            seconds[arm].append(elapsed)
+            outputs[arm] = batch.completion_ids
+            if arm in timings:
+                timings[arm].append(batch.timings)
     tokens = len(prompts) * group_size * args.new_tokens
     cell = {"group_size": group_size, "mode": mode, "new_tokens_total": tokens}
-    for name, times in seconds.items():
+    for arm, times in seconds.items():
         median = statistics.median(times)
-        cell[name] = {"median_s": median, "min_s": min(times), "runs_s": times, "tokens_per_s": tokens / median,
-                      "model_flops": 2 * n_params * tokens / median}
-    cell["labelrl"]["prefill_median_s"] = statistics.median(prefill)
-    cell["labelrl"]["fuse_median_s"] = statistics.median(fuse)
-    cell["labelrl"]["fast_decode_used"] = all(fast_used)
-    cell["speedup"] = cell["labelrl"]["tokens_per_s"] / cell["hf"]["tokens_per_s"]
-    cell["speedup_best"] = cell["hf"]["min_s"] / cell["labelrl"]["min_s"]  # fastest run each: less noise-prone
-    cell["speedup_vs_hf_forward"] = cell["labelrl"]["tokens_per_s"] / cell["labelrl-hf"]["tokens_per_s"]
+        cell[arm] = {"median_s": median, "min_s": min(times), "runs_s": times, "tokens_per_s": tokens / median,
+                     "model_flops": 2 * n_params * tokens / median}
+    for arm, runs in timings.items():
+        for key in ("fuse_s", "prefill_s", "decode_s"):
+            cell[arm][key + "_median"] = statistics.median(t[key] for t in runs)
+        cell[arm]["fast_decode_used"] = all(t["fast_decode"] == 1.0 for t in runs)
+    ratio = lambda a, b: cell[a]["tokens_per_s"] / cell[b]["tokens_per_s"]  # noqa: E731
+    cell["ratios"] = {"labelrl_bf16_vs_hf_fp32": ratio("labelrl/bf16", "hf/fp32"),
+                      "labelrl_fp32_vs_hf_fp32": ratio("labelrl/fp32", "hf/fp32"),
+                      "labelrl_bf16_vs_hf_bf16": ratio("labelrl/bf16", "hf/bf16"),
+                      "labelrl_bf16_vs_fp32": ratio("labelrl/bf16", "labelrl/fp32"),
+                      "hf_bf16_vs_fp32": ratio("hf/bf16", "hf/fp32")}
+    cell["ratio_best_runs_labelrl_bf16_vs_hf_fp32"] = cell["hf/fp32"]["min_s"] / cell["labelrl/bf16"]["min_s"]
     if mode == "greedy":
-        cell["greedy_outputs_identical"] = outputs["labelrl"] == outputs["hf"] == outputs["labelrl-hf"]
+        cell["greedy_identical_across_backends"] = {
+            p: outputs[f"labelrl/{p}"] == outputs[f"labelrl-hf/{p}"] == outputs[f"hf/{p}"] for p in DTYPES}
+        cell["greedy_bf16_vs_fp32"] = greedy_agreement(outputs["labelrl/fp32"], outputs["labelrl/bf16"])
     return cell
 
 
+def lora_overhead(model, prompts, args) -> dict:
+    """Per-call cost with a trained LoRA adapter (r=16, random non-zero factors): "before"
+    re-folds and re-packs every weight each call, "after" keeps the packed base."""
+    import warnings
+
+    from peft import LoraConfig, get_peft_model
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        after = get_peft_model(copy.deepcopy(model), LoraConfig(r=16, lora_alpha=32, target_modules="all-linear"))
+    after.requires_grad_(False)
+    for name, param in after.named_parameters():
+        if "lora_" in name:
+            torch.nn.init.normal_(param, std=0.01)
+            param.requires_grad_(True)  # a trained adapter: applied as a low-rank update
+    before = copy.deepcopy(after).requires_grad_(False)  # frozen adapter: folded and packed, cache cleared each call
+    options = dict(group_size=4, max_new_tokens=args.new_tokens, eos_token_ids=[], pad_token_id=0, temperature=1.0)
+    out: dict = {}
+    for precision, dtype in DTYPES.items():
+        sample_groups(after, prompts, dtype=dtype, seed=0, **options)  # the one packing of the base
+        runs: dict[str, list] = {"before": [], "after": []}
+        for run in range(args.runs):
+            for name, model_ in (("before", before), ("after", after)):
+                clear_fused_cache(before)
+                started = time.perf_counter()
+                batch = sample_groups(model_, prompts, dtype=dtype, seed=run, **options)
+                runs[name].append({"total_s": time.perf_counter() - started, **batch.timings})
+        out[precision] = {name: {key: statistics.median(r[key] for r in rows) for key in ("total_s", "fuse_s", "decode_s")}
+                          | {"fuse_cached": all(r["fuse_cached"] == 1.0 for r in rows)} for name, rows in runs.items()}
+    return out
+
+
 def render(report: dict) -> None:
-    table = Table(title=f"Rollout throughput, SmolLM2-135M, prompts {report['prompt_lengths']} tokens, "
+    table = Table(title=f"Rollout tokens/s, SmolLM2-135M, prompts {report['prompt_lengths']} tokens, "
                         f"{report['new_tokens']} new tokens, median of {report['runs']}")
-    columns = ("G", "mode", "labelrl tok/s", "labelrl-hf tok/s", "hf tok/s", "ratio vs hf", "ratio of best runs",
-               "fast vs hf forward", "labelrl GFLOP/s", "hf GFLOP/s", "same greedy")
-    for column in columns:
+    for column in ("G", "mode", *ARMS, "labelrl bf16 / hf fp32", "best runs", "labelrl bf16 / fp32",
+                   "labelrl GFLOP/s fp32 | bf16"):
         table.add_column(column, justify="right")
     for cell in report["results"]:
-        same = cell.get("greedy_outputs_identical")
+        r = cell["ratios"]
         table.add_row(
-            str(cell["group_size"]), cell["mode"],
-            f"{cell['labelrl']['tokens_per_s']:.1f}", f"{cell['labelrl-hf']['tokens_per_s']:.1f}",
-            f"{cell['hf']['tokens_per_s']:.1f}", f"{cell['speedup']:.2f}×", f"{cell['speedup_best']:.2f}×",
-            f"{cell['speedup_vs_hf_forward']:.2f}×",
-            f"{cell['labelrl']['model_flops'] / 1e9:.1f}", f"{cell['hf']['model_flops'] / 1e9:.1f}",
-            "-" if same is None else ("yes" if same else "NO"),
+            str(cell["group_size"]), cell["mode"], *[f"{cell[arm]['tokens_per_s']:.1f}" for arm in ARMS],
+            f"{r['labelrl_bf16_vs_hf_fp32']:.2f}×", f"{cell['ratio_best_runs_labelrl_bf16_vs_hf_fp32']:.2f}×",
+            f"{r['labelrl_bf16_vs_fp32']:.2f}×",
+            f"{cell['labelrl/fp32']['model_flops'] / 1e9:.1f} | {cell['labelrl/bf16']['model_flops'] / 1e9:.1f}",
         )
-    console = Console(width=max(Console().width, 150))
+    console = Console(width=max(Console().width, 170))
     console.print(table)
     for cell in report["results"]:
-        fast = cell["labelrl"]
-        console.print(f"G={cell['group_size']} {cell['mode']}: labelrl per call: weight fusing/packing "
-                      f"{fast['fuse_median_s']:.2f} s, prefill {fast['prefill_median_s']:.2f} s (medians); "
-                      f"fast decode used: {'yes' if fast['fast_decode_used'] else 'NO'}")
-    console.print(f"fp32 2048×2048 matmul: {report['matmul_flops'] / 1e9:.1f} GFLOP/s "
-                  f"(model FLOP/s = 2 × {report['params'] / 1e6:.1f}M params × new tokens/s)")
+        parts = [f"{p}: fuse {cell[f'labelrl/{p}']['fuse_s_median']:.3f} s, prefill {cell[f'labelrl/{p}']['prefill_s_median']:.2f} s, "
+                 f"decode {cell[f'labelrl/{p}']['decode_s_median']:.2f} s" for p in DTYPES]
+        line = f"G={cell['group_size']} {cell['mode']}: labelrl per call (medians) " + "; ".join(parts)
+        if "greedy_bf16_vs_fp32" in cell:
+            agree = cell["greedy_bf16_vs_fp32"]
+            line += (f"; greedy identical across backends {cell['greedy_identical_across_backends']}; bf16 vs fp32 greedy "
+                     f"identical {agree['identical_share']:.0%}, first differences at {agree['first_difference_at']}")
+        console.print(line)
+    for precision, rows in report["lora_overhead"].items():
+        b, a = rows["before"], rows["after"]
+        console.print(f"LoRA r=16, G=4, {precision}: per call before {b['total_s']:.2f} s (fuse {b['fuse_s']:.3f}, decode "
+                      f"{b['decode_s']:.2f}), after {a['total_s']:.2f} s (fuse {a['fuse_s']:.3f}, decode {a['decode_s']:.2f}; "
+                      f"base reused: {a['fuse_cached']})")
+    console.print(rates_line(report["matmul_flops"]) + f"; model FLOP/s = 2 × {report['params'] / 1e6:.1f}M params × new tokens/s")
+    console.print(f"machine: {report['machine']}")
 
 
 def main() -> None:
@@ -171,15 +235,18 @@ def main() -> None:
         torch.set_num_threads(args.threads)
 
     model, tokenizer = load_smollm2()
+    model.requires_grad_(False)  # frozen, as in evaluation: its packed weights are reused
     prompts = fixed_prompts(tokenizer)
     n_params = sum(p.numel() for p in model.parameters())
-    for name in BACKENDS:  # first-call overheads stay out of the timings
-        run_once(name, model, prompts, 2, "sample", 4, seed=0)
+    machine_before = busy_note()
+    for arm in ARMS:  # first-call overheads stay out of the timings
+        run_once(arm, model, prompts, 2, "sample", 4, seed=0)
     results = [measure_cell(model, prompts, g, mode, args, n_params) for g in args.groups for mode in MODES]
     report = {
         "model": "smollm2-135m-instruct", "params": n_params, "prompt_lengths": [len(p) for p in prompts],
         "new_tokens": args.new_tokens, "runs": args.runs, "torch_threads": torch.get_num_threads(),
-        "matmul_flops": matmul_flops(), "results": results,
+        "matmul_flops": machine_rates(), "results": results, "lora_overhead": lora_overhead(model, prompts, args),
+        "machine": f"start: {machine_before}; end: {busy_note()}",
     }
     render(report)
     if args.json:

@@ -46,6 +46,10 @@ KL = "train/kl"
 NONFINITE_SKIPPED = "train/nonfinite_skipped"
 STEP_SECONDS = "perf/step_seconds"
 PEAK_MEMORY_MB = "perf/peak_memory_mb"
+SAMPLE_SECONDS = "perf/sample_seconds"  # rl: prefill + decoding of the step's rollouts
+UPDATE_SECONDS = "perf/update_seconds"  # rl: the training pass and optimizer step
+PADDING_SHARE = "perf/padding_share"  # sft: padding positions / all positions forwarded
+TRAIN_TOKENS_PER_S = "perf/tokens_per_s"  # sft: item tokens forwarded / step seconds
 
 # eval/: validation during training
 EVAL_ACCURACY = "eval/accuracy"

@@ -150,3 +150,17 @@ def test_sweep_and_route_report_bad_files(app, tmp_path):
     _, b, _ = write_pair(tmp_path)
     result = runner.invoke(app, ["route", str(b), str(b)])
     assert result.exit_code == 2 and "A must be a scored model" in result.output
+
+
+def test_eval_precision_is_applied_and_recorded(app, run_dir, tmp_path):
+    scores = {}
+    for precision in ("fp32", "bf16"):
+        out = tmp_path / f"{precision}.json"
+        result = runner.invoke(app, ["eval", str(run_dir), "--split", "val", "--n-boot", "0", "--limit", "6",
+                                     "--precision", precision, "--json", str(out), "--out", str(tmp_path / f"{precision}.csv")])
+        assert result.exit_code == 0, result.output
+        report = json.loads(out.read_text())
+        assert report["info"]["precision"] == precision
+        scores[precision] = read_predictions(report["files"]["predictions"]).scores()
+    difference = np.abs(scores["fp32"] - scores["bf16"]).max()
+    assert 0 < difference < 0.05  # bf16 ran, and its label probabilities stay close to fp32's

@@ -49,6 +49,19 @@ def test_arm_config_layers_defaults_task_and_arm(tmp_path):
     assert (rl.steps, rl.group_size, rl.random_reward) == (7, 6, False)
 
 
+def test_recipe_precision_reaches_every_arm_unless_the_arm_sets_its_own(tmp_path):
+    from labelrl.cli.ladder import precision_sets
+
+    raw = _recipe(sft={"type": "sft"}, grpo={"type": "rl", "from": "sft", "precision": "fp32"})
+    assert arm_config(load_recipe(_write(tmp_path, raw)), "toy", "sft", tmp_path).precision == "auto"
+    recipe = load_recipe(_write(tmp_path, raw), sets=precision_sets("bf16", []))  # labelrl ladder --precision bf16
+    assert recipe.precision == "bf16"
+    assert arm_config(recipe, "toy", "sft", tmp_path).precision == "bf16"
+    assert arm_config(recipe, "toy", "grpo", tmp_path).precision == "fp32"  # the arm's own wins
+    with pytest.raises(ValueError, match="--precision fp16: not a precision; use auto, fp32 or bf16"):
+        precision_sets("fp16", [])
+
+
 @pytest.mark.parametrize("arms, message", [
     ({"grpo": {"type": "rl"}}, "needs `from:`"),
     ({"sft": {"type": "sft"}, "grpo": {"type": "rl", "from": "nope"}}, "is not an arm of task"),

@@ -35,7 +35,7 @@ from labelrl.train.distributed import process_share
 
 WEIGHT_TOLERANCE = 1e-5
 # Keys that depend on wall time or on the process's memory, not on the computation.
-TIMING_KEYS = {K.STEP_SECONDS, K.TOKENS_PER_S, K.PEAK_MEMORY_MB}
+TIMING_KEYS = {K.STEP_SECONDS, K.TOKENS_PER_S, K.PEAK_MEMORY_MB, K.SAMPLE_SECONDS, K.UPDATE_SECONDS}
 # Sums over processes are reassociated: equal to float rounding, not bit for bit.
 ROUNDED_KEYS = {K.LOSS, K.GRAD_NORM, K.KL}
 

@@ -18,7 +18,7 @@ from labelrl.train import rl
 from labelrl.train.config import RLConfig
 
 # Keys whose values depend on wall time or memory, not on the computation.
-TIMING_KEYS = {K.STEP_SECONDS, K.TOKENS_PER_S, K.PEAK_MEMORY_MB}
+TIMING_KEYS = {K.STEP_SECONDS, K.TOKENS_PER_S, K.PEAK_MEMORY_MB, K.SAMPLE_SECONDS, K.UPDATE_SECONDS}
 
 
 def _weights(run_dir):
@@ -78,15 +78,19 @@ def _batch_with_one_uniform_group(run):
 def test_skip_rule_saves_token_passes_and_changes_nothing(preset, warm_model, toy_data, rl_config, tmp_path):
     runs, stats = {}, {}
     for skip in (True, False):
+        # fp32: the claim is exact arithmetic. In bf16 the two passes (one group or two) have
+        # different shapes, for which oneDNN picks different kernels, so they agree only to bf16
+        # rounding (measured: parameters 4e-6 apart after the step).
         cfg = rl_config(warm_model, toy_data, tmp_path / f"skip_{skip}", preset=preset, prompts_per_step=2,
-                        group_size=4, skip_uninformative=skip, dynamic_sampling=False)
+                        group_size=4, skip_uninformative=skip, dynamic_sampling=False, precision="fp32")
         runs[skip] = rl.start_run(cfg)
+        # dapo's preset turns on dynamic sampling, whose batch is by definition the informative
+        # groups only (and whose rounds depend on what was sampled); here both runs train on the
+        # same batch of one sampling round.
+        runs[skip].algo = dataclasses.replace(runs[skip].algo, dynamic_sampling=False)
     batch = _batch_with_one_uniform_group(runs[True])
     assert batch.informative.tolist() == [True, False]
     for skip, run in runs.items():
-        # dapo's preset turns on dynamic sampling, whose batch is by definition the
-        # informative groups only; here both runs train on the same sampled batch.
-        run.algo = dataclasses.replace(run.algo, dynamic_sampling=False)
         stats[skip] = rl.update_policy(run, batch)
     # the uniform group costs nothing with the skip rule, G×(prompt+completion) without it
     assert stats[True][K.SKIPPED] == 1 and stats[False][K.SKIPPED] == 0

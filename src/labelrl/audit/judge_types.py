@@ -85,6 +85,7 @@ class JudgeSpec:
     max_tokens: int = 64
     batch_size: int = 16
     flag: str = "--judge"
+    precision: str = "fp32"  # a local judge's compute precision (labelrl.models.precision)
 
     @property
     def is_endpoint(self) -> bool:

@@ -111,8 +111,12 @@ class LocalJudge:
         self.spec = spec
         self.labels = labels
         self.rubric = rubric
+        from labelrl.models.precision import resolve_dtype
+
         self.name = f"local:{spec.spec}"
         self.model, self.tokenizer = load_model(spec.spec)
+        self.model.requires_grad_(False)  # a judge never trains; frozen weights keep their packed copy
+        self.dtype = resolve_dtype(spec.precision, next(self.model.parameters()).device)
 
     def prompt_ids(self, items: Sequence[Example]) -> list[list[int]]:
         out = []
@@ -133,7 +137,8 @@ class LocalJudge:
         step = self.spec.batch_size
         for start in range(0, len(items), step):
             chunk = items[start : start + step]
-            probs = score_labels(self.model, self.tokenizer, self.prompt_ids(chunk), self.labels, batch_size=step)
+            probs = score_labels(self.model, self.tokenizer, self.prompt_ids(chunk), self.labels, batch_size=step,
+                                 dtype=self.dtype)
             for offset, (example, row) in enumerate(zip(chunk, probs.tolist())):
                 if sample_seed is None:
                     k = max(range(len(row)), key=row.__getitem__)
@@ -153,10 +158,12 @@ class LocalJudge:
         """The model's reply to ``messages`` (greedy at temperature 0, else sampled; ``seed`` fixes it)."""
         import torch
 
+        from labelrl.models.precision import compute
+
         text = render_prompt(self.tokenizer, messages)
         ids = self.tokenizer(text, add_special_tokens=False, return_tensors="pt")
         sampling = {"do_sample": True, "temperature": temperature} if temperature > 0 else {"do_sample": False}
-        with torch.random.fork_rng(devices=[]), torch.inference_mode():
+        with torch.random.fork_rng(devices=[]), torch.inference_mode(), compute(self.model, self.dtype):
             if seed is not None:
                 torch.manual_seed(seed)
             out = self.model.generate(

@@ -262,6 +262,8 @@ def register(app: typer.Typer) -> None:
         seed: int = _opt("seed", "--seed"), batch_size: int = _opt("batch_size", "--batch-size"),
         max_new_tokens: Optional[int] = _opt("max_new_tokens", "--max-new-tokens"),
         pass_at_k: Optional[int] = _opt("pass_at_k", "--pass-at-k"), pass_samples: int = _opt("pass_samples", "--pass-samples"),
+        precision: str = typer.Option("auto", "--precision", help=_help("precision") + " One of: auto/fp32/bf16.",
+                                      metavar="AUTO|FP32|BF16"),
     ) -> None:
         values = dict(locals())
         values["text_col"] = values["text_col"] or []

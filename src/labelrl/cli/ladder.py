@@ -15,6 +15,17 @@ console = Console()
 
 SET_HELP = "Change one recipe value, KEY.PATH=VALUE (repeatable), e.g. --set tasks.spam.limit=2000 --set defaults.rl.steps=50."
 FAST_HELP = "Apply the recipe's `fast:` overlay: a smoke-test scale (tiny-random, a few steps)."
+PRECISION_OPTION_HELP = ("Compute precision of every arm and evaluation: auto (bf16 where the processor computes it "
+                         "natively, else fp32), fp32 or bf16; the same as --set precision=VALUE. [default: the recipe's, auto]")
+
+
+def precision_sets(precision: str | None, sets: list[str]) -> list[str]:
+    """``--precision P`` as the recipe assignment ``precision=P`` (before the user's own --set)."""
+    if precision is None:
+        return list(sets)
+    if precision not in ("auto", "fp32", "bf16"):
+        raise ValueError(f"--precision {precision}: not a precision; use auto, fp32 or bf16")
+    return [f"precision={precision}", *sets]
 
 
 def run_ladder_command(recipe_source, out: Path | None, *, fast: bool = False, sets: list[str] | None = None,
@@ -165,6 +176,7 @@ def register(app: typer.Typer) -> None:
         rubric: Optional[Path] = typer.Option(None, "--rubric", help="With --data: a Markdown file with the labelling rules, shown in every prompt.", show_default=False),
         on_bad_row: str = typer.Option("error", "--on-bad-row", help="With --data: stop on a malformed row, or skip it and save the list.", metavar="error|skip"),
         delimiter: Optional[str] = typer.Option(None, "--delimiter", help="With --data, CSV files: the delimiter (sniffed from the header when omitted).", show_default=False),
+        precision: Optional[str] = typer.Option(None, "--precision", help=PRECISION_OPTION_HELP, metavar="AUTO|FP32|BF16"),
     ) -> None:
         """Run every arm of a recipe (SFT, RL presets, SFT + threshold, distillation, controls, relabelling) in
         dependency order on shared splits and samples; each final model is evaluated on val, then once on the
@@ -179,15 +191,15 @@ def register(app: typer.Typer) -> None:
             try:
                 built = data_recipe(data, budget=budget, model=model, text_col=text_col or [], label_col=label_col,
                                     labels=labels, kind=kind, rubric=rubric, on_bad_row=on_bad_row, delimiter=delimiter,
-                                    sets=set_)
+                                    sets=precision_sets(precision, set_))
             except (ValueError, FileNotFoundError) as exc:
                 fail(str(exc))
             out = out or Path("runs") / f"{built.name}-{budget}"
-            _guarded(run_ladder_command, built, out, report=report)
+            _guarded(lambda: run_ladder_command(built, out, report=report))
             console.print(f"recipe: {Path(out) / 'recipe.yaml'} (edit it and run `labelrl ladder {Path(out) / 'recipe.yaml'} "
                           f"--out {out}` to re-run; finished arms are kept)", highlight=False)
             return
-        _guarded(run_ladder_command, recipe, out, fast=fast, sets=set_, report=report)
+        _guarded(lambda: run_ladder_command(recipe, out, fast=fast, sets=precision_sets(precision, set_), report=report))
 
 
 def _guarded(fn, *args, **kwargs) -> None:

@@ -10,6 +10,7 @@ from typing import Literal, Optional
 from pydantic import BaseModel, Field
 
 from labelrl.audit.judge_types import DEFAULT_API_KEY_ENV, JudgeSpec
+from labelrl.models.precision import PRECISION_HELP
 
 SPEC_HELP = "a local model (anything load_model takes, e.g. tiny-random or a model directory) or an OpenAI-compatible endpoint URL http://HOST:PORT/v1"
 
@@ -44,11 +45,13 @@ class DistillConfig(BaseModel):
     on_bad_row: Literal["error", "skip"] = Field("error", description="What to do with a malformed row: stop with an error naming it, or skip it and list it in NAME.skipped_rows.jsonl beside OUT (NAME.jsonl).")
     delimiter: Optional[str] = Field(None, description="CSV files only: the delimiter (',', ';', tab or pipe); sniffed from the header when omitted.")
     json_path: Optional[Path] = Field(None, description="Also write the summary to this JSON file (it is always saved as OUT.summary.json).")
+    precision: Literal["auto", "fp32", "bf16"] = Field("auto", description=PRECISION_HELP + " Applies to a local teacher.")
 
     def teacher_spec(self) -> JudgeSpec:
         return JudgeSpec(spec=self.teacher, model=self.teacher_model, api_key_env=self.api_key_env,
                          timeout_s=self.timeout, retries=self.retries, concurrency=self.concurrency,
-                         backoff_s=self.backoff, temperature=self.temperature, flag="--teacher")
+                         backoff_s=self.backoff, temperature=self.temperature, flag="--teacher",
+                         precision=self.precision)
 
 
 def load_examples(cfg: DistillConfig):

@@ -51,7 +51,7 @@ def sample_pass_at_k(setup, *, k: int, n: int, max_new_tokens: int | None = None
                      n_boot: int = 1000) -> dict:
     """Sample ``n`` answers per item of ``setup.data`` at temperature 1, parse them strictly, and
     summarise pass@k (``setup`` from ``labelrl.evaluate.predict.prepare``)."""
-    from labelrl.evaluate.predict import fit_to_context, generation_cap
+    from labelrl.evaluate.predict import _dtype, fit_to_context, generation_cap
     from labelrl.rewards import parse_answer
     from labelrl.rollout import BACKENDS
     from labelrl.rollout.sampler import pad_id
@@ -67,7 +67,7 @@ def sample_pass_at_k(setup, *, k: int, n: int, max_new_tokens: int | None = None
         chunk = prompts[start : start + batch_size]
         seeds = [seed * 1_000_003 + SAMPLE_SEED_STREAM + start + i for i in range(len(chunk))]
         batch = sampler(setup.model, chunk, group_size=n, max_new_tokens=cap, eos_token_ids=tok.eos_token_id,
-                        pad_token_id=pad_id(tok), temperature=1.0, prompt_seeds=seeds)
+                        pad_token_id=pad_id(tok), temperature=1.0, prompt_seeds=seeds, dtype=_dtype(setup))
         for i, ex in enumerate(examples[start : start + batch_size]):
             right = 0
             for j in range(n):

@@ -44,6 +44,7 @@ from labelrl.data.split import (
 )
 from labelrl.evaluate.io import Predictions, predictions_table
 from labelrl.evaluate.ledger import holdout_fingerprint
+from labelrl.models.precision import precision_name
 from labelrl.models.prepare import resolve_model_spec
 from labelrl.rollout.sampler import pad_id
 from labelrl.types import Dataset, Example, LabelSpace
@@ -77,6 +78,7 @@ class EvalSetup:
     tokenizer: object
     model_fingerprint: str
     data: EvalData
+    dtype: object = None  # compute dtype (torch.float32 when None)
 
 
 def is_run_dir(path: str | Path) -> bool:
@@ -169,8 +171,12 @@ def prepare(
     label_col: str | None = None,
     limit: int | None = None,
     overrides: dict | None = None,
+    precision: str = "fp32",
 ) -> EvalSetup:
     """Load the data, then the model, and fingerprint the model (nothing is predicted yet).
+    ``precision`` (auto, fp32, bf16) is resolved for the model's device: the compute dtype of
+    scoring and generation. The model is frozen (``requires_grad`` off): nothing here trains
+    it, and the fast decode path keeps the packed weights of a frozen model across batches.
 
     ``splits_dir`` defaults to the run directory; ``data_options`` to the run's data config
     (the model's run directory first, else ``splits_dir``'s), with ``overrides`` (e.g.
@@ -196,8 +202,12 @@ def prepare(
     spec = resolve_model_spec(str(model_spec_or_run_dir))
     if run_dir is not None and spec == str(model_spec_or_run_dir):
         raise ValueError(f"{run_dir}: this run directory holds no saved model (no {run_dir / 'model'}); wait for the run to finish or pass a model")
+    from labelrl.models.precision import resolve_dtype
+
     model, tokenizer = load_model(spec)
-    return EvalSetup(spec, model, tokenizer, model_fingerprint(model), data)
+    model.requires_grad_(False)
+    dtype = resolve_dtype(precision, next(model.parameters()).device)
+    return EvalSetup(spec, model, tokenizer, model_fingerprint(model), data, dtype)
 
 
 def example_prompt_ids(tokenizer, data: EvalData, example: Example) -> list[int]:
@@ -238,20 +248,25 @@ def fit_to_context(setup: EvalSetup, method: str, max_new_tokens: int | None):
 
 
 def score_counted(model, tokenizer, prompts: list[list[int]], labels: LabelSpace, *, batch_size: int, description: str,
-                  plain: bool = False):
+                  plain: bool = False, dtype=None):
     """``score_labels`` of ``prompts`` [N, K], a batch at a time, with a count and an ETA
-    (``labelrl.progress.Counter``): scoring a split of long texts takes minutes on a CPU."""
+    (``labelrl.progress.Counter``): scoring a split of long texts takes minutes on a CPU. The
+    prompts are taken in order of length, so each batch pads to a similar length; the rows come
+    back in the prompts' order."""
     import torch
 
     from labelrl.evaluate.score import score_labels
     from labelrl.progress import Counter
 
-    rows = []
+    order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
+    out = torch.zeros((len(prompts), labels.k))
     with Counter(len(prompts), description, plain=plain) as count:
-        for start in range(0, len(prompts), batch_size):
-            rows.append(score_labels(model, tokenizer, prompts[start : start + batch_size], labels, batch_size=batch_size))
-            count.advance(len(rows[-1]))
-    return torch.cat(rows) if rows else torch.zeros((0, labels.k))
+        for start in range(0, len(order), batch_size):
+            rows = order[start : start + batch_size]
+            out[rows] = score_labels(model, tokenizer, [prompts[i] for i in rows], labels, batch_size=batch_size,
+                                     dtype=dtype or torch.float32).to(out.dtype)
+            count.advance(len(rows))
+    return out
 
 
 def _describe(setup: EvalSetup, what: str) -> str:
@@ -260,9 +275,15 @@ def _describe(setup: EvalSetup, what: str) -> str:
     return f"{what} {data.split} of {Path(str(data.options.data)).name}"
 
 
+def _dtype(setup: EvalSetup):
+    import torch
+
+    return setup.dtype if setup.dtype is not None else torch.float32
+
+
 def _score(setup: EvalSetup, prompts: list[list[int]], batch_size: int) -> tuple[list, list, object]:
     probs = score_counted(setup.model, setup.tokenizer, prompts, setup.data.labels, batch_size=batch_size,
-                          description=_describe(setup, "scoring")).double().numpy()
+                          description=_describe(setup, "scoring"), dtype=_dtype(setup)).double().numpy()
     names = setup.data.labels.labels
     return [names[i] for i in probs.argmax(axis=1)], ["ok"] * len(prompts), probs
 
@@ -292,7 +313,7 @@ def _generate(setup: EvalSetup, prompts: list[list[int]], batch_size: int, max_n
     with Counter(len(prompts), _describe(setup, "generating answers for")) as count:
         for start in range(0, len(prompts), batch_size):
             batch = sampler(setup.model, prompts[start : start + batch_size], group_size=1, max_new_tokens=cap,
-                            eos_token_ids=tok.eos_token_id, pad_token_id=pad, temperature=0.0)
+                            eos_token_ids=tok.eos_token_id, pad_token_id=pad, temperature=0.0, dtype=_dtype(setup))
             for ids, truncated in zip(batch.completion_ids, batch.truncated):
                 text = tok.decode(ids, skip_special_tokens=True)
                 parsed = parse_answer(text, reasoning=data.options.mode == "reasoning", labels=data.labels, truncated=truncated)
@@ -331,6 +352,7 @@ def run_predictions(
         "holdout_fingerprint": data.holdout_fingerprint,
         "max_new_tokens": generation_cap(setup, max_new_tokens) if method == "generate" else None,
         "n": len(examples), "seconds": round(time.perf_counter() - started, 3), "long_items": long_items.record(),
+        "precision": precision_name(_dtype(setup)),
     }
     return Predictions(table, data.labels, info)
 
@@ -346,12 +368,14 @@ def predict(
     splits_dir: str | Path | None = None,
     batch_size: int = 16,
     max_new_tokens: int | None = None,
+    precision: str = "fp32",
 ) -> Predictions:
     """``prepare`` then ``run_predictions``: the predictions table of one model on one split.
 
     This does not consult the holdout ledger; ``labelrl eval`` (``run_eval``) does.
     """
-    setup = prepare(model_spec_or_run_dir, data_options, split, splits_dir=splits_dir, label_col=label_col, limit=limit)
+    setup = prepare(model_spec_or_run_dir, data_options, split, splits_dir=splits_dir, label_col=label_col, limit=limit,
+                    precision=precision)
     return run_predictions(setup, method=method, batch_size=batch_size, max_new_tokens=max_new_tokens)
 
 

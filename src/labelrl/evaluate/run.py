@@ -11,6 +11,8 @@ from typing import Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from labelrl.models.precision import PRECISION_HELP
+
 
 class EvalConfig(BaseModel):
     """Options of ``labelrl eval``; each description is the option's --help text."""
@@ -43,6 +45,7 @@ class EvalConfig(BaseModel):
     max_new_tokens: Optional[int] = Field(None, ge=1, description="generate: token cap per answer (default: direct 8 past the longest answer tag, reasoning 256).")
     pass_at_k: Optional[int] = Field(None, ge=1, description="Instead of scoring, sample --pass-samples answers per item at temperature 1 and report pass@k (unbiased estimator): does the model ever sample the right label in k tries? val or train only.")
     pass_samples: int = Field(8, ge=1, description="--pass-at-k: answers sampled per item (n ≥ k).")
+    precision: Literal["auto", "fp32", "bf16"] = Field("auto", description=PRECISION_HELP)
 
     @model_validator(mode="after")
     def _data_flags_need_data(self) -> "EvalConfig":
@@ -113,7 +116,7 @@ def run_eval(cfg: EvalConfig) -> dict:
         raise ValueError("--pass-at-k samples the model many times per item and reports the best of k; run it on "
                          "--split val (the holdout is for each final model's one look)")
     setup = prepare(cfg.run_or_model, cfg.data_options(), cfg.split, splits_dir=cfg.splits,
-                    label_col=cfg.label_col, limit=cfg.limit, overrides=cfg.data_overrides())
+                    label_col=cfg.label_col, limit=cfg.limit, overrides=cfg.data_overrides(), precision=cfg.precision)
     if cfg.pass_at_k is not None:
         return pass_at_k_and_write(setup, cfg)
     return evaluate_and_write(setup, cfg)

@@ -6,6 +6,9 @@ label. When every label starts with a different token, one forward pass over
 (for binary, p = P(pos)/(P(pos)+P(neg))). When two labels share their first token, each
 label's whole token sequence is scored (K teacher-forced passes) and the K sequence
 log-probabilities are normalised the same way.
+
+``dtype`` bf16 runs the forward passes under bf16 autocast with the vocabulary projection
+in fp32 (``labelrl.models.precision.compute``); the softmax over labels is fp32.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from typing import Sequence
 import torch
 
 from labelrl.data.prompts import ANSWER_PREFIX
+from labelrl.models.precision import compute
 from labelrl.rollout.sampler import left_pad, model_device, pad_id
 from labelrl.types import LabelSpace
 
@@ -35,30 +39,38 @@ def label_token_ids(tokenizer, labels: LabelSpace) -> list[list[int]]:
 
 
 @torch.inference_mode()
-def _last_logprobs(model, seqs: Sequence[Sequence[int]], pad: int) -> torch.Tensor:
+def _last_logprobs(model, seqs: Sequence[Sequence[int]], pad: int, dtype: torch.dtype) -> torch.Tensor:
     ids, mask, positions = left_pad(seqs, pad, model_device(model))
     # Only the last position's logits are needed: the full [B, L, V] tensor costs an extra
     # vocabulary projection per prompt token and B·L·V floats of memory.
-    logits = model(input_ids=ids, attention_mask=mask, position_ids=positions, logits_to_keep=1).logits[:, -1, :]
+    with compute(model, dtype):
+        logits = model(input_ids=ids, attention_mask=mask, position_ids=positions, logits_to_keep=1).logits[:, -1, :]
     return torch.log_softmax(logits.float(), dim=-1)
 
 
 @torch.inference_mode()
-def _sequence_logprob(model, prefixes: Sequence[Sequence[int]], cont: Sequence[int], pad: int) -> torch.Tensor:
+def _sequence_logprob(model, prefixes: Sequence[Sequence[int]], cont: Sequence[int], pad: int,
+                      dtype: torch.dtype) -> torch.Tensor:
     seqs = [list(p) + list(cont) for p in prefixes]
     ids, mask, positions = left_pad(seqs, pad, model_device(model))
     n = len(cont)
     # The last n+1 positions predict the n continuation tokens (and one past them).
-    logits = model(input_ids=ids, attention_mask=mask, position_ids=positions, logits_to_keep=n + 1).logits.float()
+    with compute(model, dtype):
+        logits = model(input_ids=ids, attention_mask=mask, position_ids=positions, logits_to_keep=n + 1).logits.float()
     logp = torch.log_softmax(logits[:, :-1, :], dim=-1)
     target = torch.tensor(cont, dtype=torch.long, device=logits.device).expand(len(seqs), n)
     return logp.gather(-1, target.unsqueeze(-1)).squeeze(-1).sum(-1)
 
 
 def score_labels(
-    model, tokenizer, prompt_ids: Sequence[Sequence[int]], labels: LabelSpace, *, batch_size: int = 16
+    model, tokenizer, prompt_ids: Sequence[Sequence[int]], labels: LabelSpace, *, batch_size: int = 16,
+    dtype: torch.dtype = torch.float32,
 ) -> torch.Tensor:
-    """Probabilities [N, K] of each label for each prompt (rows sum to 1)."""
+    """Probabilities [N, K] of each label for each prompt (rows sum to 1).
+
+    Prompts are batched in order of length (longest first), so each batch pads its prompts
+    to a similar length; the rows come back in the input order. With left padding and the
+    attention mask a prompt's scores do not depend on its batch (up to float rounding)."""
     label_ids = label_token_ids(tokenizer, labels)
     prefix = tokenizer(ANSWER_PREFIX, add_special_tokens=False)["input_ids"]
     pad = pad_id(tokenizer)
@@ -66,13 +78,19 @@ def score_labels(
     distinct_first = len(set(first)) == len(first)
     was_training = model.training
     model.eval()
+    order = sorted(range(len(prompt_ids)), key=lambda i: -len(prompt_ids[i]))
     rows = []
-    for start in range(0, len(prompt_ids), batch_size):
-        chunk = [list(p) + prefix for p in prompt_ids[start : start + batch_size]]
+    for start in range(0, len(order), batch_size):
+        chunk = [list(prompt_ids[i]) + prefix for i in order[start : start + batch_size]]
         if distinct_first:
-            logp = _last_logprobs(model, chunk, pad)[:, first]
+            logp = _last_logprobs(model, chunk, pad, dtype)[:, first]
         else:
-            logp = torch.stack([_sequence_logprob(model, chunk, ids, pad) for ids in label_ids], dim=-1)
-        rows.append(torch.softmax(logp, dim=-1))
+            logp = torch.stack([_sequence_logprob(model, chunk, ids, pad, dtype) for ids in label_ids], dim=-1)
+        rows.append(torch.softmax(logp.float(), dim=-1))
     model.train(was_training)
-    return torch.cat(rows) if rows else torch.zeros((0, labels.k))
+    if not rows:
+        return torch.zeros((0, labels.k))
+    scored = torch.cat(rows)
+    probs = torch.empty_like(scored)
+    probs[torch.tensor(order, device=scored.device)] = scored
+    return probs

@@ -60,8 +60,8 @@ def arm_config(recipe: Recipe, task_name: str, arm_name: str, run_dir: Path) -> 
     unknown = sorted(set(options) - set(cls.model_fields))
     if unknown:
         raise ValueError(f"{where}: unknown option(s) {unknown} for a {arm.type} arm; see `labelrl {family} --help`")
-    seed = {"seed": recipe.seed} if "seed" in cls.model_fields else {}
-    fields = _wiring(recipe, task, task_dir, arm_name) | seed | options | _wiring(recipe, task, task_dir, arm_name, forced=True)
+    shared = {k: v for k, v in (("seed", recipe.seed), ("precision", recipe.precision)) if k in cls.model_fields}
+    fields = _wiring(recipe, task, task_dir, arm_name) | shared | options | _wiring(recipe, task, task_dir, arm_name, forced=True)
     try:
         return cls(**fields)
     except ValidationError as exc:
@@ -168,7 +168,8 @@ def eval_paths(task_dir: Path, arm_name: str, tag: str) -> tuple[Path, Path]:
 
 
 def evaluate_arm(task: TaskSpec, task_dir: Path, arm_name: str, mode: str, split: str, *,
-                 ood: str | None = None, method: str | None = None, max_new_tokens: int | None = None) -> dict:
+                 ood: str | None = None, method: str | None = None, max_new_tokens: int | None = None,
+                 precision: str = "auto") -> dict:
     """Evaluate the arm's final model on val, holdout or another dataset's holdout; returns the
     ``run_eval`` report (also saved). A finished evaluation is read back, never redone, so a
     re-run never spends a second holdout look.
@@ -189,9 +190,9 @@ def evaluate_arm(task: TaskSpec, task_dir: Path, arm_name: str, mode: str, split
     splits.mkdir(parents=True, exist_ok=True)
     limit = {"val": task.eval_limit, "holdout": task.holdout_limit, "train": task.limit}[split]
     cfg = EvalConfig(run_or_model=str(task_dir / arm_name), split=split, splits=splits, out=predictions, json_path=report,
-                     limit=limit, n_boot=task.n_boot, method=method, max_new_tokens=max_new_tokens,
+                     limit=limit, n_boot=task.n_boot, method=method, max_new_tokens=max_new_tokens, precision=precision,
                      **({"data": ood, "mode": mode, "split_seed": task.split_seed} if ood else {}))
-    setup = prepare(cfg.run_or_model, cfg.data_options(), split, splits_dir=splits, limit=cfg.limit)
+    setup = prepare(cfg.run_or_model, cfg.data_options(), split, splits_dir=splits, limit=cfg.limit, precision=precision)
     if split == "holdout":
         data = setup.data
         look_method = method or ("scores" if mode == "direct" else "generate")

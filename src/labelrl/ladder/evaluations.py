@@ -49,30 +49,31 @@ def evaluate_final(task: TaskSpec, task_dir: Path, arm_name: str, arm_type: str,
     from labelrl.evaluate.ledger import summary_metrics
 
     mode, cap = cfg.mode, eval_cap(task, arm_type, cfg, configs)
+    at = {"max_new_tokens": cap, "precision": cfg.precision}
     st["eval_max_new_tokens"] = cap
-    st["val"] = summary_metrics(evaluate_arm(task, task_dir, arm_name, mode, "val", max_new_tokens=cap)["metrics"])
+    st["val"] = summary_metrics(evaluate_arm(task, task_dir, arm_name, mode, "val", **at)["metrics"])
     save()
-    _look(evaluate_arm(task, task_dir, arm_name, mode, "holdout", max_new_tokens=cap), st, "holdout", console)
+    _look(evaluate_arm(task, task_dir, arm_name, mode, "holdout", **at), st, "holdout", console)
     save()
     if FAMILY[arm_type] == "rl" and mode == "direct" and task.generate_eval:
         st["val_generate"] = summary_metrics(evaluate_arm(task, task_dir, arm_name, mode, "val", method="generate",
-                                                          max_new_tokens=cap)["metrics"])
-        _look(evaluate_arm(task, task_dir, arm_name, mode, "holdout", method="generate", max_new_tokens=cap),
+                                                          **at)["metrics"])
+        _look(evaluate_arm(task, task_dir, arm_name, mode, "holdout", method="generate", **at),
               st, "holdout_generate", console)
         save()
     st["ood"] = {}
     for name in task.ood:
         st["ood"][name] = summary_metrics(evaluate_arm(task, task_dir, arm_name, mode, "holdout", ood=name,
-                                                       max_new_tokens=cap)["metrics"])
+                                                       **at)["metrics"])
         save()
     if task.eval_label_cols:
         st["answer_keys"] = answer_keys(task, task_dir, arm_name)
         save()
     if task.pass_at_k and FAMILY[arm_type] in ("sft", "rl"):
-        st["pass_at_k"] = pass_at_k(task, task_dir, arm_name, cap)
+        st["pass_at_k"] = pass_at_k(task, task_dir, arm_name, cap, cfg.precision)
         save()
     if arm_type == "sft" and wants_train_scores(task) and first_direct_sft(task) == (st.get("replicate_of") or arm_name):
-        evaluate_arm(task, task_dir, arm_name, mode, "train")
+        evaluate_arm(task, task_dir, arm_name, mode, "train", precision=cfg.precision)
         st["train_scores"] = True
 
 
@@ -112,7 +113,7 @@ def answer_key(task: TaskSpec, task_dir: Path, col: str) -> dict[str, str]:
     return {ex.id: ex.label for ex in dataset.examples}
 
 
-def pass_at_k(task: TaskSpec, task_dir: Path, arm_name: str, cap: int | None) -> dict:
+def pass_at_k(task: TaskSpec, task_dir: Path, arm_name: str, cap: int | None, precision: str = "auto") -> dict:
     """pass@k of the arm's sampled answers on the val sample (read back on a re-run)."""
     import json
 
@@ -123,7 +124,8 @@ def pass_at_k(task: TaskSpec, task_dir: Path, arm_name: str, cap: int | None) ->
     if not path.is_file():
         cfg = EvalConfig(run_or_model=str(task_dir / arm_name), split="val", splits=task_dir, json_path=path,
                          limit=task.eval_limit, n_boot=task.n_boot, pass_at_k=task.pass_at_k,
-                         pass_samples=task.pass_samples, max_new_tokens=cap)
-        pass_at_k_and_write(prepare(cfg.run_or_model, None, "val", splits_dir=task_dir, limit=cfg.limit), cfg)
+                         pass_samples=task.pass_samples, max_new_tokens=cap, precision=precision)
+        pass_at_k_and_write(prepare(cfg.run_or_model, None, "val", splits_dir=task_dir, limit=cfg.limit,
+                                    precision=precision), cfg)
     result = json.loads(path.read_text(encoding="utf-8"))["pass_at_k"]
     return {k: result[k] for k in ("k", "n_samples", "n_items", "pass_at_k", "pass_at_k_ci", "pass_at_1", "pass_at_1_ci")}

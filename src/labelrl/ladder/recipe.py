@@ -129,6 +129,7 @@ class Recipe(BaseModel):
     description: str = ""
     model: str = "smollm2-135m-instruct"
     seed: int = 0
+    precision: Literal["auto", "fp32", "bf16"] = Field("auto", description="Compute precision of every arm and evaluation (an arm may set its own).")
     defaults: dict[str, dict[str, Any]] = Field(default_factory=dict)
     fast: dict[str, Any] = Field(default_factory=dict, description="Overlay applied by --fast.")
     tasks: dict[str, TaskSpec]

@@ -13,6 +13,7 @@ from typing import Sequence
 import torch
 from transformers import GenerationConfig
 
+from labelrl.models.precision import compute
 from labelrl.rollout.sampler import (
     RolloutBatch, check_prompt_seeds, check_sampling_args, eval_mode, left_pad, make_generator, model_device,
     normalise_eos,
@@ -33,6 +34,7 @@ def generate_groups(
     seed: int | None = None,
     generator: torch.Generator | None = None,
     prompt_seeds: Sequence[int] | None = None,
+    dtype: torch.dtype = torch.float32,
 ) -> RolloutBatch:
     """``sample_groups`` semantics through ``model.generate``.
 
@@ -47,14 +49,15 @@ def generate_groups(
     logits (``output_logits``), i.e. the temperature-1 policy; they cost N×steps×V floats of
     memory. ``generate`` does not time its prefill apart: all time is in ``decode_s``.
     ``generate`` draws a whole batch from one stream, so ``prompt_seeds`` (one seed per
-    prompt, see ``sample_groups``) costs one ``generate`` call per prompt.
+    prompt, see ``sample_groups``) costs one ``generate`` call per prompt. ``dtype`` bf16 runs
+    ``generate`` under bf16 autocast with the vocabulary projection in fp32.
     """
     check_sampling_args(prompt_ids, group_size=group_size, max_new_tokens=max_new_tokens,
                         pad_token_id=pad_token_id, temperature=temperature, top_p=top_p, top_k=top_k)
     if prompt_seeds is not None:
         check_prompt_seeds(prompt_seeds, len(prompt_ids), seed, generator)
         options = dict(group_size=group_size, max_new_tokens=max_new_tokens, eos_token_ids=eos_token_ids,
-                       pad_token_id=pad_token_id, temperature=temperature, top_p=top_p, top_k=top_k)
+                       pad_token_id=pad_token_id, temperature=temperature, top_p=top_p, top_k=top_k, dtype=dtype)
         return join_batches([generate_groups(model, [prompt], seed=int(s), **options)
                              for prompt, s in zip(prompt_ids, prompt_seeds)])
     rng = make_generator(seed, generator)
@@ -69,7 +72,7 @@ def generate_groups(
     global_seed = int(torch.randint(0, 2**62, (1,), generator=rng).item())
     devices = [device.index or 0] if device.type == "cuda" else []
     started = time.perf_counter()
-    with torch.inference_mode(), eval_mode(model), torch.random.fork_rng(devices=devices):
+    with torch.inference_mode(), eval_mode(model), torch.random.fork_rng(devices=devices), compute(model, dtype):
         torch.manual_seed(global_seed)
         out = model.generate(input_ids=input_ids, attention_mask=attention_mask, generation_config=config)
     elapsed = time.perf_counter() - started

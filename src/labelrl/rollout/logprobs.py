@@ -8,6 +8,10 @@ Two routes give the same numbers and the same gradients:
   prompt costs B token passes instead of B*G and its gradient arrives once, summed over
   its G completions by the backward of ``repeat_interleave``.
 
+Precision: ``dtype`` bf16 runs the forward under bf16 autocast with the vocabulary
+projection in fp32 (``labelrl.models.precision.compute``); log-softmax and gather are fp32
+either way.
+
 Layout, both routes: prompts are left-padded to a common width P and completions follow,
 right-padded to the longest completion T. Every completion therefore starts at column P, so
 the logits needed (columns P−1 … P+T−2) are one slice, and the vocabulary projection and
@@ -20,6 +24,7 @@ from typing import Sequence
 
 import torch
 
+from labelrl.models.precision import compute
 from labelrl.rollout.sampler import cache_kwarg, inner_model, left_pad, model_device, new_cache
 
 
@@ -30,6 +35,7 @@ def completion_logprobs(
     *,
     pad_token_id: int,
     min_width: int | None = None,
+    dtype: torch.dtype = torch.float32,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Log-probs [N, T] (float32, with gradients when enabled) and mask [N, T] (bool).
 
@@ -56,8 +62,9 @@ def completion_logprobs(
     input_ids = torch.cat([input_ids, targets[:, :-1]], dim=1)
     attention_mask = torch.cat([attention_mask, mask[:, :-1].long()], dim=1)
     position_ids = torch.cat([position_ids, position_ids[:, -1:] + torch.arange(1, width, device=targets.device)], dim=1)
-    out = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-                use_cache=False, logits_to_keep=width)
+    with compute(model, dtype):
+        out = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                    use_cache=False, logits_to_keep=width)
     return _gather_logprobs(out.logits, targets, mask), mask
 
 
@@ -69,6 +76,7 @@ def completion_logprobs_shared(
     *,
     pad_token_id: int,
     min_width: int | None = None,
+    dtype: torch.dtype = torch.float32,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Same result as ``completion_logprobs`` with each of the B prompts repeated G times,
     computing each prompt once: ``completion_ids`` [B*G] is grouped contiguously (prompt i
@@ -87,24 +95,26 @@ def completion_logprobs_shared(
         )
     repeated = [p for p in prompt_ids for _ in range(group_size)]
     if _checkpointing(model) and model.training and torch.is_grad_enabled():
-        return completion_logprobs(model, repeated, completion_ids, pad_token_id=pad_token_id, min_width=min_width)
+        return completion_logprobs(model, repeated, completion_ids, pad_token_id=pad_token_id, min_width=min_width,
+                                   dtype=dtype)
     targets, mask = _right_pad(completion_ids, pad_token_id, model_device(model), min_width)
     width = targets.shape[1]
     if width == 0:
         return torch.zeros(targets.shape, dtype=torch.float32, device=targets.device), mask
     input_ids, prompt_mask, position_ids = left_pad(prompt_ids, pad_token_id, targets.device)
     cache, cache_arg = new_cache(model), cache_kwarg(model)
-    out = model(input_ids=input_ids, attention_mask=prompt_mask, position_ids=position_ids,
-                use_cache=True, logits_to_keep=1, **{cache_arg: cache})
-    logits = out.logits.repeat_interleave(group_size, dim=0)  # [N, 1, V]: predicts token 0
-    if width > 1:
-        cache.batch_repeat_interleave(group_size)
-        start = position_ids[:, -1:].repeat_interleave(group_size, dim=0) + 1
-        attention_mask = torch.cat([prompt_mask.repeat_interleave(group_size, dim=0), mask[:, :-1].long()], dim=1)
-        out = model(input_ids=targets[:, :-1], attention_mask=attention_mask,
-                    position_ids=start + torch.arange(width - 1, device=targets.device),
-                    use_cache=True, **{cache_arg: cache})
-        logits = torch.cat([logits, out.logits], dim=1)  # [N, T, V]
+    with compute(model, dtype):
+        out = model(input_ids=input_ids, attention_mask=prompt_mask, position_ids=position_ids,
+                    use_cache=True, logits_to_keep=1, **{cache_arg: cache})
+        logits = out.logits.repeat_interleave(group_size, dim=0)  # [N, 1, V]: predicts token 0
+        if width > 1:
+            cache.batch_repeat_interleave(group_size)
+            start = position_ids[:, -1:].repeat_interleave(group_size, dim=0) + 1
+            attention_mask = torch.cat([prompt_mask.repeat_interleave(group_size, dim=0), mask[:, :-1].long()], dim=1)
+            out = model(input_ids=targets[:, :-1], attention_mask=attention_mask,
+                        position_ids=start + torch.arange(width - 1, device=targets.device),
+                        use_cache=True, **{cache_arg: cache})
+            logits = torch.cat([logits, out.logits], dim=1)  # [N, T, V]
     return _gather_logprobs(logits, targets, mask), mask
 
 

@@ -196,9 +196,11 @@ class VLLMSampler:
         self, model: torch.nn.Module, prompt_ids: Sequence[Sequence[int]], *, group_size: int, max_new_tokens: int,
         eos_token_ids: int | Sequence[int] | None, pad_token_id: int, temperature: float = 1.0, top_p: float = 1.0,
         top_k: int = 0, seed: int | None = None, generator: torch.Generator | None = None,
-        prompt_seeds: Sequence[int] | None = None,
+        prompt_seeds: Sequence[int] | None = None, dtype: torch.dtype | None = None,
     ) -> RolloutBatch:
-        """``sample_groups`` semantics (see the module docstring for what differs)."""
+        """``sample_groups`` semantics (see the module docstring for what differs). ``dtype``
+        is accepted for the common interface and not used: the engine computes in its own dtype
+        (``engine_options["dtype"]``, vLLM's default otherwise)."""
         check_sampling_args(prompt_ids, group_size=group_size, max_new_tokens=max_new_tokens,
                             pad_token_id=pad_token_id, temperature=temperature, top_p=top_p, top_k=top_k)
         if prompt_seeds is None:

@@ -13,6 +13,7 @@ from typing import Literal, Optional
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from labelrl.data.options import DataOptions
+from labelrl.models.precision import PRECISION_HELP
 
 
 class ModelOptions(BaseModel):
@@ -30,6 +31,9 @@ class ModelOptions(BaseModel):
     out: Path = Field(description="Run directory: splits, checkpoints, metrics and logs go here.")
     quiet: bool = Field(False, description="No progress bar; log lines only.")
     report_to: Optional[Literal["tensorboard", "mlflow", "wandb"]] = Field(None, description="Also send every metric to this tracker through accelerate (same names as the metrics file; TensorBoard logs go to RUN_DIR/tracking). Needs the tracker's package.")
+    precision: Literal["auto", "fp32", "bf16"] = Field("auto", description=PRECISION_HELP)
+    gradient_checkpointing: Optional[bool] = Field(None, description="Activation checkpointing: each layer keeps only its input and recomputes the rest in the backward pass (about a third more compute, a fraction of the memory). Unset: on when the memory preflight predicts that the largest batch will not fit --memory-budget.")
+    memory_budget: Optional[float] = Field(None, gt=0, description="GiB the run may use (model, optimizer state, activations); the preflight turns on activation checkpointing when the largest batch is predicted above it. Default: half the machine's memory (the GPU's on a GPU).")
 
 
 class SFTConfig(DataOptions, ModelOptions):
@@ -48,6 +52,7 @@ class SFTConfig(DataOptions, ModelOptions):
     only_ids_from: Optional[Path] = Field(None, description="Train only on the items whose ids have a kept trace in this traces file (the matched-data control).")
     merge: bool = Field(False, description="Also save merged full weights (LoRA folded in) to RUN_DIR/merged.")
     shuffle_labels: bool = Field(False, description="Control: train on labels shuffled across items (teaches the answer format, not the task).")
+    pack: bool = Field(True, description="Pack each batch's items into rows as wide as its longest item, attention kept within each item, so long-tailed text lengths cost little padding (--no-pack pads every item to the longest; the loss is the same).")
 
     @model_validator(mode="after")
     def _check(self) -> "SFTConfig":

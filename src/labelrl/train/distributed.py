@@ -10,7 +10,9 @@ import torch
 
 def make_accelerator(cfg, run_dir: Path, command: str, *, trackers: bool = True):
     """One CPU, one GPU or many (``accelerate launch``): device placement, backward and
-    gradient clipping go through accelerate; bf16 autocast where the GPU supports it.
+    gradient clipping go through accelerate; on a GPU, accelerate's bf16 autocast when
+    ``cfg.precision`` resolves to bf16 there (the trainers also enter autocast themselves,
+    see ``compute_dtype``, which is how bf16 reaches CPUs).
     With ``--report-to`` the same metrics also reach that tracker (``trackers=False``
     defers that to ``start_trackers``, e.g. until the run directory has been checked).
 
@@ -20,14 +22,25 @@ def make_accelerator(cfg, run_dir: Path, command: str, *, trackers: bool = True)
     """
     from accelerate import Accelerator
 
+    from labelrl.models.precision import resolve_dtype
+
     cuda = torch.cuda.is_available()
+    gpu_bf16 = cuda and resolve_dtype(getattr(cfg, "precision", "auto"), "cuda") == torch.bfloat16
     accelerator = Accelerator(
-        cpu=not cuda, mixed_precision="bf16" if cuda and torch.cuda.is_bf16_supported() else "no",
+        cpu=not cuda, mixed_precision="bf16" if gpu_bf16 else "no",
         log_with=cfg.report_to, project_dir=str(run_dir / "tracking") if cfg.report_to else None,
     )
     if trackers:
         start_trackers(accelerator, cfg, command)
     return accelerator
+
+
+def compute_dtype(cfg, accelerator) -> torch.dtype:
+    """The dtype the trainer's matrix products run in: ``cfg.precision`` resolved on the
+    accelerator's device (``labelrl.models.precision.resolve_dtype``)."""
+    from labelrl.models.precision import resolve_dtype
+
+    return resolve_dtype(cfg.precision, accelerator.device)
 
 
 def start_trackers(accelerator, cfg, command: str) -> None:

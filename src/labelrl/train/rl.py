@@ -37,6 +37,7 @@ from labelrl.fileio import (
     atomic_write_jsonl,
     read_jsonl,
 )
+from labelrl.models.precision import precision_name
 from labelrl.models.prepare import prepare_model
 from labelrl.rollout.log import drop_steps_from, write_step
 from labelrl.train import rl_parts as parts
@@ -48,8 +49,10 @@ from labelrl.train.checkpoint import (
     save_model,
 )
 from labelrl.train.config import RLConfig
+from labelrl.train.memory import report_memory_plan, set_checkpointing
 from labelrl.train.distributed import (
     any_process,
+    compute_dtype,
     make_accelerator,
     process_share,
     reduce_value,
@@ -87,6 +90,8 @@ class RLRun:
     accelerator: object = None
     sampler: object = None
     share: slice = field(default_factory=lambda: slice(None))  # this process's positions in each round's prompts
+    dtype: torch.dtype = torch.float32  # compute dtype of sampling and the training pass (--precision)
+    memory: object = None  # labelrl.train.memory.MemoryPlan: the preflight's prediction and checkpointing decision
 
     @property
     def policy(self):
@@ -111,14 +116,19 @@ def start_run(cfg: RLConfig, accelerator=None) -> RLRun:
         data = prepare_data(cfg, run_dir, write=main)
     start_trackers(accelerator, cfg, "rl")
     model, tokenizer = prepare_model(cfg)
+    train_prompts = fit_train_prompts(cfg, run_dir, data, tokenizer, model, main)
+    preflight(model, train_prompts, cfg.max_new_tokens, run_dir, checkpoints=KEEP_LAST + 1)
+    dtype = compute_dtype(cfg, accelerator)
+    memory = parts.plan_rl_memory(cfg, model, dtype, train_prompts, share)
+    set_checkpointing(model, memory.gradient_checkpointing)
+    if main:
+        report_memory_plan(memory, cfg.quiet)
     optimizer, scheduler = make_optimizer(model, cfg, cfg.steps)
     model, optimizer = accelerator.prepare(model, optimizer)
-    train_prompts = fit_train_prompts(cfg, run_dir, data, tokenizer, accelerator.unwrap_model(model), main)
-    preflight(model, train_prompts, cfg.max_new_tokens, run_dir, checkpoints=KEEP_LAST + 1)
     run = RLRun(cfg, run_dir, data, model, tokenizer, optimizer, scheduler,
                 algo=parts.resolve_algorithm(cfg, data.dataset.labels, [ex.label for ex in data.train]),
                 train_prompts=train_prompts, accelerator=accelerator,
-                sampler=parts.make_sampler(cfg, train_prompts), share=share)
+                sampler=parts.make_sampler(cfg, train_prompts), share=share, dtype=dtype, memory=memory)
     if cfg.resume:
         resume(run)
     return run
@@ -179,7 +189,7 @@ def sample_groups_for_step(run: RLRun) -> parts.StepBatch:
         positions = list(range(cfg.prompts_per_step))[run.share]
         mine = [idx[p] for p in positions]
         rollout = run.sampler(
-            run.policy, [run.train_prompts[i] for i in mine], **parts.sampling_options(cfg, run.tokenizer),
+            run.policy, [run.train_prompts[i] for i in mine], **parts.sampling_options(cfg, run.tokenizer, run.dtype),
             prompt_seeds=[parts.prompt_seed(cfg.seed, run.step, round_index, p) for p in positions],
         )
         batch = parts.grade_and_advantage(run, mine, rollout, round_index, positions)
@@ -270,11 +280,14 @@ def rl_step(run: RLRun) -> dict:
     started = time.perf_counter()
     batch = sample_groups_for_step(run)
     diagnostics = advantage_diagnostics(batch.rewards, batch.advantages, run.cfg.group_size, **run.algo.diagnostic_options(batch))
+    updating = time.perf_counter()
     stats = update_policy(run, batch)
+    stats[K.UPDATE_SECONDS] = time.perf_counter() - updating
     run.step += 1
     record = {K.STEP: run.step, **parts.rollout_metrics(batch), **diagnostics, **stats}
     record[K.STEP_SECONDS] = time.perf_counter() - started
     record[K.TOKENS_PER_S] = batch.new_tokens / max(batch.sample_seconds, 1e-9)
+    record[K.SAMPLE_SECONDS] = batch.sample_seconds
     record[K.PEAK_MEMORY_MB] = reduce_value(run.accelerator, parts.peak_memory_mb(), "max")
     run.stop_requested = any_process(run.accelerator, run.stop_requested)  # a signal may reach one process only
     if run.is_main:
@@ -327,7 +340,8 @@ def _run_rl_locked(cfg: RLConfig, accelerator) -> dict:
 def finish_run(run: RLRun, last: dict) -> dict:
     """The final model (when all steps are done) and ``rl_summary.json``, by the main process."""
     cfg = run.cfg
-    summary = {"steps_done": run.step, "steps": cfg.steps, "stopped_early": run.step < cfg.steps, "last": last}
+    summary = {"steps_done": run.step, "steps": cfg.steps, "stopped_early": run.step < cfg.steps, "last": last,
+               "precision": precision_name(run.dtype), "memory": run.memory.as_dict() if run.memory else None}
     if run.step >= cfg.steps:
         model_dir = save_model(run.run_dir, run.policy, run.tokenizer) if run.is_main else run.run_dir / "model"
         summary["model_dir"] = str(model_dir)

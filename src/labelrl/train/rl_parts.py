@@ -89,11 +89,25 @@ def _label_share(labels: LabelSpace, train_labels: list[str]) -> dict[str, float
     return {name: counts.get(name, 0) / total for name in labels.labels}
 
 
-def sampling_options(cfg, tokenizer) -> dict:
+def sampling_options(cfg, tokenizer, dtype: torch.dtype = torch.float32) -> dict:
     eos = [tokenizer.eos_token_id]
     pad = pad_id(tokenizer)
     return dict(group_size=cfg.group_size, max_new_tokens=cfg.max_new_tokens, eos_token_ids=eos,
-                pad_token_id=pad, temperature=cfg.temperature, top_p=cfg.top_p, top_k=cfg.top_k)
+                pad_token_id=pad, temperature=cfg.temperature, top_p=cfg.top_p, top_k=cfg.top_k, dtype=dtype)
+
+
+def plan_rl_memory(cfg, model, dtype: torch.dtype, prompts: list[list[int]], share: slice):
+    """The memory plan of the training pass at its largest: this process's share of the B
+    prompts, each the longest training prompt, with G completions of ``max_new_tokens``. The
+    shared pass forwards B·(P + G·T) positions; with checkpointing the plain pass runs
+    instead (transformers drops the cache inside checkpointed layers): B·G·(P + T)."""
+    from labelrl.train.memory import plan_memory
+
+    prompts_here = len(range(cfg.prompts_per_step)[share])
+    longest, G, T = max(len(p) for p in prompts), cfg.group_size, cfg.max_new_tokens
+    return plan_memory(model, dtype, tokens=prompts_here * (longest + G * T),
+                       tokens_checkpointed=prompts_here * G * (longest + T), logit_positions=prompts_here * G * T,
+                       requested=cfg.gradient_checkpointing, budget_gib=cfg.memory_budget)
 
 
 def step_seed(seed: int, step: int, round_index: int) -> int:
@@ -239,13 +253,17 @@ def policy_loss_for_groups(run, batch: StepBatch, keep: list[int], old_logprobs,
 
     Under several processes every process pads its completions to the batch's longest, so
     all make the same forward calls whatever their share holds.
+
+    The importance ratio's denominator is this training pass's own log-probs (detached) on
+    the first epoch, never the sampler's: with one on-policy epoch the ratio is exactly 1
+    whatever the precision, and a bf16 sampler's rounding cannot leak into the loss.
     """
     G = run.cfg.group_size
     rows = [g * G + j for g in keep for j in range(G)]
     width = max(len(c) for c in batch.completion_ids) if run.accelerator.num_processes > 1 else None
     logprobs, mask = completion_logprobs_shared(
         run.model, [batch.prompt_ids[g] for g in keep], [batch.completion_ids[r] for r in rows], G,
-        pad_token_id=pad_id(run.tokenizer), min_width=width,
+        pad_token_id=pad_id(run.tokenizer), min_width=width, dtype=run.dtype,
     )
     mask = mask & batch.loss_mask[rows].unsqueeze(1).to(mask.device)
     ref = None
@@ -270,7 +288,7 @@ def reference_logprobs(run, batch: StepBatch, keep: list[int], rows: list[int]) 
     with policy.disable_adapter():
         ref, _ = completion_logprobs_shared(
             policy, [batch.prompt_ids[g] for g in keep], [batch.completion_ids[r] for r in rows],
-            run.cfg.group_size, pad_token_id=pad_id(run.tokenizer), min_width=width,
+            run.cfg.group_size, pad_token_id=pad_id(run.tokenizer), min_width=width, dtype=run.dtype,
         )
     return ref
 

@@ -2,7 +2,9 @@
 
 Direct mode trains on ``<answer>LABEL</answer>``; reasoning mode trains on kept teacher
 traces. The loss covers the assistant's tokens only (its answer and the end-of-turn
-token). Every ``eval_every`` steps the model is scored on val by label-token probabilities
+token). Each batch's items are packed into a few rows (``labelrl.train.packing``; attention
+stays within each item), and a memory preflight (``labelrl.train.memory``) turns on
+activation checkpointing when the largest batch would not fit the memory budget. Every ``eval_every`` steps the model is scored on val by label-token probabilities
 and the best model by ``select_metric`` is kept in ``RUN_DIR/model``.
 """
 
@@ -22,12 +24,23 @@ from labelrl.data.prompts import answer_target
 from labelrl.data.sample import sample_examples
 from labelrl.evaluate.metrics import basic_metrics
 from labelrl.fileio import RunLock, append_jsonl, atomic_write_json
+from labelrl.models.precision import compute, precision_name
 from labelrl.models.prepare import prepare_model
 from labelrl.rollout.sampler import model_device, pad_id
 from labelrl.train.checkpoint import save_merged, save_model
 from labelrl.train.config import SFTConfig
+from labelrl.train.memory import MemoryPlan, plan_memory, report_memory_plan, set_checkpointing
+from labelrl.train.packing import (
+    IGNORE,
+    BatchLayout,
+    first_fit_decreasing,
+    kept_positions,
+    packed_layout,
+    padded_layout,
+)
 from labelrl.train.distributed import (
     broadcast_from_main,
+    compute_dtype,
     make_accelerator,
     process_share,
     reduce_value,
@@ -90,33 +103,35 @@ def build_items(tokenizer, data: RunData, cfg: SFTConfig, traces: dict[str, str]
     return [SFTItem(p_ids + targets[i], len(p_ids)) for i, p_ids in zip(kept, prompts)]
 
 
-def sft_loss(model, batch: list[SFTItem], pad: int) -> torch.Tensor:
-    """Mean cross-entropy over assistant tokens of a left-padded batch.
+def batch_layout(batch: list[SFTItem], pad: int, pack: bool = True) -> BatchLayout:
+    """The token layout of ``batch``: packed rows, or one left-padded row per item."""
+    layout = packed_layout if pack else padded_layout
+    return layout([it.input_ids for it in batch], [it.n_prompt for it in batch], pad)
 
-    Left padding puts every target at the end of its row, so the output projection (the
-    largest matrix product for a small model with a 49k vocabulary) runs only on the last
-    positions (``logits_to_keep``), not on the prompts.
+
+def sft_loss(model, batch: list[SFTItem] | BatchLayout, pad: int, dtype: torch.dtype = torch.float32,
+             pack: bool = True) -> torch.Tensor:
+    """Mean cross-entropy over the assistant tokens of a batch (items, or their layout).
+
+    The output projection (the largest matrix product for a small model with a 49k
+    vocabulary) runs only on the positions that predict a target token (``logits_to_keep``
+    as an index), never on the prompts.
     """
-    width = max(len(it.input_ids) for it in batch)
-    n_keep = max(len(it.input_ids) - it.n_prompt for it in batch) + 1
-    ids = torch.full((len(batch), width), pad, dtype=torch.long)
-    mask = torch.zeros((len(batch), width), dtype=torch.long)
-    target = torch.full((len(batch), width), -100, dtype=torch.long)
-    for i, it in enumerate(batch):
-        start = width - len(it.input_ids)
-        ids[i, start:] = torch.tensor(it.input_ids)
-        mask[i, start:] = 1
-        target[i, start + it.n_prompt :] = ids[i, start + it.n_prompt :]
-    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    layout = batch if isinstance(batch, BatchLayout) else batch_layout(batch, pad, pack)
     device = model_device(model)
-    ids, mask, positions, target = ids.to(device), mask.to(device), positions.to(device), target.to(device)
-    logits = model(input_ids=ids, attention_mask=mask, position_ids=positions, logits_to_keep=n_keep).logits
-    logits = logits[:, :-1, :].float()  # position t predicts token t+1
-    labels = target[:, width - n_keep + 1 :]
-    return torch.nn.functional.cross_entropy(logits.reshape(-1, logits.size(-1)), labels.reshape(-1), ignore_index=-100)
+    keep = kept_positions(layout.labels)
+    mask = layout.attention_mask.to(device) if layout.attention_mask is not None else None
+    with compute(model, dtype):
+        # use_cache=False: transformers tells packed items apart by their restarting positions
+        # only when no cache is built (masking_utils._preprocess_mask_arguments)
+        logits = model(input_ids=layout.input_ids.to(device), attention_mask=mask, use_cache=False,
+                       position_ids=layout.position_ids.to(device), logits_to_keep=keep.to(device)).logits
+    labels = layout.labels[:, keep].to(device)
+    logits = logits.float()
+    return torch.nn.functional.cross_entropy(logits.reshape(-1, logits.size(-1)), labels.reshape(-1), ignore_index=IGNORE)
 
 
-def evaluate_val(model, tokenizer, data: RunData, cfg: SFTConfig) -> dict[str, float]:
+def evaluate_val(model, tokenizer, data: RunData, cfg: SFTConfig, dtype: torch.dtype = torch.float32) -> dict[str, float]:
     """Accuracy and balanced accuracy on (at most ``eval_limit``) val items.
 
     Direct mode scores the label tokens (one forward pass, no generation); reasoning mode
@@ -132,22 +147,24 @@ def evaluate_val(model, tokenizer, data: RunData, cfg: SFTConfig) -> dict[str, f
         what = (f"a val sample (--eval-limit {cfg.eval_limit} of {len(data.val)})" if len(val) < len(data.val)
                 else f"val (all {len(val)}; --eval-limit {cfg.eval_limit})")
         probs = score_counted(model, tokenizer, prompts, data.dataset.labels, batch_size=16,
-                              description=f"scoring {what}", plain=cfg.quiet)
+                              description=f"scoring {what}", plain=cfg.quiet, dtype=dtype)
         names = data.dataset.labels.labels
         pred = [names[i] for i in probs.argmax(-1).tolist()]
     else:
-        pred = greedy_answers(model, tokenizer, prompts, data, max_new_tokens=cfg.max_length)
+        pred = greedy_answers(model, tokenizer, prompts, data, max_new_tokens=cfg.max_length, dtype=dtype)
     m = basic_metrics([ex.label for ex in val], pred)
     return {K.EVAL_ACCURACY: m["accuracy"], K.EVAL_BALANCED_ACCURACY: m["balanced_accuracy"]}
 
 
-def greedy_answers(model, tokenizer, prompts: list[list[int]], data: RunData, *, max_new_tokens: int) -> list[str | None]:
+def greedy_answers(model, tokenizer, prompts: list[list[int]], data: RunData, *, max_new_tokens: int,
+                   dtype: torch.dtype = torch.float32) -> list[str | None]:
     """Greedy completions, strictly parsed in reasoning mode (None when unparseable)."""
     from labelrl.rewards import parse_answer
     from labelrl.rollout import sample_groups
 
     out = sample_groups(model, prompts, group_size=1, max_new_tokens=max_new_tokens,
-                        eos_token_ids=[tokenizer.eos_token_id], pad_token_id=pad_id(tokenizer), temperature=0.0)
+                        eos_token_ids=[tokenizer.eos_token_id], pad_token_id=pad_id(tokenizer), temperature=0.0,
+                        dtype=dtype)
     texts = tokenizer.batch_decode(out.completion_ids, skip_special_tokens=True)
     return [parse_answer(t, reasoning=True, labels=data.dataset.labels).answer for t in texts]
 
@@ -168,7 +185,33 @@ def run_sft(cfg: SFTConfig) -> dict:
             accelerator.end_training()
 
 
-def _run_sft_locked(cfg: SFTConfig, accelerator) -> dict:
+@dataclass
+class SFTRun:
+    """What the SFT loop carries from step to step."""
+
+    cfg: SFTConfig
+    accelerator: object
+    run_dir: Path
+    data: RunData
+    model: object  # under several processes the DDP wrapper
+    tokenizer: object
+    optimizer: object
+    scheduler: object
+    items: list[SFTItem]
+    total: int  # optimizer steps
+    share: slice  # this process's items of every batch
+    pad: int
+    dtype: torch.dtype
+    memory: MemoryPlan
+
+    def batch(self, step: int) -> list[SFTItem]:
+        """The items of ``step`` (0-based): a pure function of (seed, position)."""
+        size = self.cfg.batch_size
+        return [self.items[i] for i in ordered_indices(len(self.items), step * size, size, self.cfg.seed)]
+
+
+def start_sft(cfg: SFTConfig, accelerator) -> SFTRun:
+    """Run directory, data, items, model with the memory plan applied, optimizer."""
     share = process_share(cfg.batch_size, accelerator, "batch_size")
     main = accelerator.is_main_process
     with accelerator.main_process_first():
@@ -180,40 +223,74 @@ def _run_sft_locked(cfg: SFTConfig, accelerator) -> dict:
     items = build_items(tokenizer, data, cfg, traces)
     preflight(model, [it.input_ids for it in items], 0, run_dir, checkpoints=1)
     total = cfg.max_steps or max(1, round(cfg.epochs * len(items) / cfg.batch_size))
-    optimizer, scheduler = make_optimizer(model, cfg, total)
-    model, optimizer = accelerator.prepare(model, optimizer)
-    pad = pad_id(tokenizer)
+    pad, dtype = pad_id(tokenizer), compute_dtype(cfg, accelerator)
+    run = SFTRun(cfg, accelerator, run_dir, data, model, tokenizer, None, None, items, total, share, pad, dtype, None)
+    run.memory = plan_sft_memory(run)
+    set_checkpointing(model, run.memory.gradient_checkpointing)
+    if main:
+        report_memory_plan(run.memory, cfg.quiet)
+    optimizer, run.scheduler = make_optimizer(model, cfg, total)
+    run.model, run.optimizer = accelerator.prepare(model, optimizer)
+    return run
+
+
+def plan_sft_memory(run: SFTRun) -> MemoryPlan:
+    """The memory plan for the run's largest batch (this process's share, in its layout): the
+    most token positions of any step, found from the item lengths, then laid out once."""
+    cfg, size = run.cfg, run.cfg.batch_size
+    order = ordered_indices(len(run.items), 0, run.total * size, cfg.seed)  # every step's items, in one pass
+    batches = [[run.items[i] for i in order[s * size : (s + 1) * size]][run.share] for s in range(run.total)]
+
+    def slots(batch: list[SFTItem]) -> int:
+        lengths = [len(it.input_ids) for it in batch]
+        rows = len(first_fit_decreasing(lengths, max(lengths))) if cfg.pack else len(lengths)
+        return rows * max(lengths)
+
+    worst = batch_layout(max(batches, key=slots), run.pad, cfg.pack)
+    positions = worst.input_ids.shape[0] * len(kept_positions(worst.labels))
+    return plan_memory(run.model, run.dtype, tokens=worst.slots, logit_positions=positions,
+                       requested=cfg.gradient_checkpointing, budget_gib=cfg.memory_budget)
+
+
+def _run_sft_locked(cfg: SFTConfig, accelerator) -> dict:
+    run = start_sft(cfg, accelerator)
+    main, model = accelerator.is_main_process, run.model
     select_key = K.EVAL_BALANCED_ACCURACY if cfg.select_metric == "balanced_accuracy" else K.EVAL_ACCURACY
     best: dict = {"step": None, select_key: float("-inf")}
-    metrics_path = run_dir / "sft_metrics.jsonl"
+    metrics_path = run.run_dir / "sft_metrics.jsonl"
     if main:
         metrics_path.unlink(missing_ok=True)
-    with progress_bar(accelerator, total, "sft", quiet=cfg.quiet) as progress:
-        for step in range(total):
-            batch = [items[i] for i in ordered_indices(len(items), step * cfg.batch_size, cfg.batch_size, cfg.seed)]
-            record = {K.STEP: step + 1, **sft_step(accelerator, model, optimizer, scheduler, batch, share, pad, cfg.max_grad_norm)}
-            if (step + 1) % cfg.eval_every == 0 or step + 1 == total:
+    with progress_bar(accelerator, run.total, "sft", quiet=cfg.quiet) as progress:
+        for step in range(run.total):
+            record = {K.STEP: step + 1, **sft_step(run, run.batch(step))}
+            if (step + 1) % cfg.eval_every == 0 or step + 1 == run.total:
                 if main:
-                    record.update(evaluate_val(accelerator.unwrap_model(model), tokenizer, data, cfg))
+                    record.update(evaluate_val(accelerator.unwrap_model(model), run.tokenizer, run.data, cfg, run.dtype))
                     # ties go to the later (longer-trained) model
                     if record.get(select_key, float("-inf")) >= best[select_key]:
                         best = {"step": step + 1, **{k: record[k] for k in record if k.startswith("eval/")}}
-                        save_model(run_dir, accelerator.unwrap_model(model), tokenizer)
+                        save_model(run.run_dir, accelerator.unwrap_model(model), run.tokenizer)
                 accelerator.wait_for_everyone()
             record[K.PEAK_MEMORY_MB] = reduce_value(accelerator, peak_memory_mb(), "max")
             if main:
                 append_jsonl(metrics_path, record)
             accelerator.log({k: v for k, v in record.items() if k != K.STEP}, step=step + 1)
             progress.update(step + 1, {"loss": record[K.LOSS], "val_ba": record.get(K.EVAL_BALANCED_ACCURACY)})
-    summary = {"steps": total, "train_items": len(items), "best": best, "model_dir": str(run_dir / "model")}
-    if main:
-        if cfg.merge:
+    return finish_sft(run, best)
+
+
+def finish_sft(run: SFTRun, best: dict) -> dict:
+    """``sft_summary.json`` (and the merged model with --merge), written by the main process."""
+    summary = {"steps": run.total, "train_items": len(run.items), "best": best, "model_dir": str(run.run_dir / "model"),
+               "precision": precision_name(run.dtype), "memory": run.memory.as_dict()}
+    if run.accelerator.is_main_process:
+        if run.cfg.merge:
             from labelrl.models import load_model
 
-            best_model, best_tok = load_model(str(run_dir / "model"))
-            summary["merged_dir"] = str(save_merged(run_dir, best_model, best_tok))
-        atomic_write_json(run_dir / "sft_summary.json", summary)
-    return broadcast_from_main(accelerator, summary)
+            best_model, best_tok = load_model(str(run.run_dir / "model"))
+            summary["merged_dir"] = str(save_merged(run.run_dir, best_model, best_tok))
+        atomic_write_json(run.run_dir / "sft_summary.json", summary)
+    return broadcast_from_main(run.accelerator, summary)
 
 
 def target_tokens(items: list[SFTItem]) -> int:
@@ -221,16 +298,16 @@ def target_tokens(items: list[SFTItem]) -> int:
     return sum(len(it.input_ids) - it.n_prompt for it in items)
 
 
-def sft_step(accelerator, model, optimizer, scheduler, batch: list[SFTItem], share: slice, pad: int,
-             max_grad_norm: float) -> dict:
+def sft_step(run: SFTRun, batch: list[SFTItem]) -> dict:
     """One optimizer step on ``batch``, this process computing the loss of ``batch[share]``.
 
     The loss is the mean over the whole batch's assistant tokens: this process's mean
     times its share of the tokens, times P because DDP averages the P gradients.
     """
-    started = time.perf_counter()
-    mine = batch[share]
-    loss = sft_loss(model, mine, pad)
+    accelerator, started = run.accelerator, time.perf_counter()
+    mine = batch[run.share]
+    layout = batch_layout(mine, run.pad, run.cfg.pack)
+    loss = sft_loss(run.model, layout, run.pad, run.dtype)
     n = accelerator.num_processes
     if n > 1:
         fraction = target_tokens(mine) / target_tokens(batch)
@@ -239,12 +316,14 @@ def sft_step(accelerator, model, optimizer, scheduler, batch: list[SFTItem], sha
     else:
         accelerator.backward(loss)
         loss_value = loss.item()
-    grad_norm = accelerator.clip_grad_norm_(model.parameters(), max_grad_norm)
-    optimizer.step()
-    scheduler.step()
-    optimizer.zero_grad(set_to_none=True)
-    return {K.LOSS: loss_value, K.GRAD_NORM: float(grad_norm), K.LEARNING_RATE: scheduler.get_last_lr()[0],
-            K.STEP_SECONDS: time.perf_counter() - started}
+    grad_norm = accelerator.clip_grad_norm_(run.model.parameters(), run.cfg.max_grad_norm)
+    run.optimizer.step()
+    run.scheduler.step()
+    run.optimizer.zero_grad(set_to_none=True)
+    seconds = time.perf_counter() - started
+    tokens, slots = reduce_value(accelerator, layout.real_tokens), reduce_value(accelerator, layout.slots)
+    return {K.LOSS: loss_value, K.GRAD_NORM: float(grad_norm), K.LEARNING_RATE: run.scheduler.get_last_lr()[0],
+            K.STEP_SECONDS: seconds, K.PADDING_SHARE: 1.0 - tokens / slots, K.TRAIN_TOKENS_PER_S: tokens / seconds}
 
 
 def load_kept_traces(path) -> dict[str, str]:

@@ -1,0 +1,184 @@
+"""Compute precision: fp32, or bf16 where the processor computes it natively.
+
+``--precision`` of ``sft``, ``rl``, ``eval``, ``distill`` and the ladder takes ``auto`` (the
+default), ``fp32`` or ``bf16``; ``resolve_dtype`` turns it into the dtype matrix products run
+in. ``auto`` is bf16 on a CUDA GPU that supports it and on a CPU with native bf16 arithmetic
+(AVX-512 BF16 or AMX), fp32 elsewhere: a CPU without them runs bf16 through slower emulation.
+
+What bf16 means here (mixed precision, as in Micikevicius et al. 2018, "Mixed Precision
+Training", with bf16 instead of fp16 so no loss scaling is needed):
+
+* weights, trainable parameters and optimizer state stay fp32; ``autocast`` runs the matrix
+  products (linear layers, attention) in bf16 with fp32 accumulation, and the residual
+  stream, the norms and everything autocast leaves alone stay fp32;
+* ``fp32_output_head`` computes the vocabulary projection in fp32, so every logit, log-prob,
+  loss and label score is an fp32 number from fp32 hidden states: rounding logits of size
+  ~20 to bf16's 8 significant bits would move each log-prob by up to ~0.06 nats;
+* on CPU, ``fp32_attention`` runs the attention itself (SDPA) in fp32: torch 2.13's CPU flash
+  kernel is slower in bf16 than in fp32 at these sizes (measured, forward + backward, 8 × 9
+  heads × 30 queries over 130 keys: 9.9 ms bf16, 6.2 ms fp32; at 400 × 400 they are equal),
+  and its backward is where a bf16 training pass lost most of its gain. The projections
+  around it stay bf16.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+from typing import TYPE_CHECKING, Iterator, Literal
+
+if TYPE_CHECKING:  # the config models import this module for its help text, without torch
+    import torch
+
+Precision = Literal["auto", "fp32", "bf16"]
+PRECISIONS: tuple[str, ...] = ("auto", "fp32", "bf16")
+PRECISION_HELP = ("Compute precision: bf16 (matrix products in bfloat16 under autocast; weights, optimizer "
+                  "state, log-probs and losses in fp32), fp32, or auto = bf16 where the processor computes "
+                  "it natively (AVX-512 BF16 or AMX CPUs, bf16-capable GPUs), else fp32.")
+_CPU_FLAGS = ("avx512_bf16", "amx_bf16")
+
+
+def _names() -> dict:
+    import torch
+
+    return {torch.float32: "fp32", torch.bfloat16: "bf16"}
+
+
+def _cpuinfo_flags() -> set[str]:
+    try:
+        text = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return set()
+    return {flag for line in text.splitlines() if line.startswith("flags") for flag in line.split(":", 1)[1].split()}
+
+
+def cpu_has_native_bf16() -> bool:
+    """True when this CPU multiplies bf16 matrices in hardware (AVX-512 BF16 or AMX) and
+    torch's oneDNN backend can use it. torch's own probes are private, so /proc/cpuinfo is
+    the fallback; oneDNN also runs bf16 on plain AVX-512 by emulation, slower than fp32,
+    which is why ``torch.ops.mkldnn._is_mkldnn_bf16_supported`` alone is not the test."""
+    import torch
+
+    if not torch.backends.mkldnn.is_available():
+        return False
+    probes = [getattr(torch.cpu, name, None) for name in ("_is_avx512_bf16_supported", "_is_amx_tile_supported")]
+    if all(callable(p) for p in probes):
+        return any(p() for p in probes)
+    return bool(_cpuinfo_flags() & set(_CPU_FLAGS))
+
+
+def resolve_dtype(precision: str, device: torch.device | str = "cpu") -> torch.dtype:
+    """The compute dtype of ``precision`` ("auto", "fp32", "bf16") on ``device``."""
+    import torch
+
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision={precision!r}: not a known precision; use one of {', '.join(PRECISIONS)}")
+    if precision == "fp32":
+        return torch.float32
+    if precision == "bf16":
+        return torch.bfloat16
+    device = torch.device(device)
+    if device.type == "cuda":
+        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float32
+    if device.type == "cpu":
+        return torch.bfloat16 if cpu_has_native_bf16() else torch.float32
+    return torch.float32
+
+
+def precision_name(dtype: torch.dtype) -> str:
+    """"fp32" or "bf16" (what the metrics and benchmark JSON record)."""
+    return _names().get(dtype, str(dtype).removeprefix("torch."))
+
+
+def check_compute_dtype(dtype: torch.dtype) -> None:
+    if dtype not in _names():
+        raise ValueError(f"compute dtype {dtype}: only torch.float32 and torch.bfloat16 are supported; "
+                         "pass one of them (or precision 'fp32' / 'bf16')")
+
+
+@contextlib.contextmanager
+def autocast(dtype: torch.dtype, device: torch.device | str = "cpu") -> Iterator[None]:
+    """Matrix products in ``dtype`` (bf16) on ``device``'s type; nothing changes for fp32."""
+    import torch
+
+    check_compute_dtype(dtype)
+    if dtype == torch.float32:
+        yield
+        return
+    with torch.autocast(device_type=torch.device(device).type, dtype=dtype):
+        yield
+
+
+def _output_head(model: torch.nn.Module) -> torch.nn.Module | None:
+    import torch
+
+    inner = getattr(model, "module", model)  # DistributedDataParallel-style wrapper
+    getter = getattr(inner, "get_output_embeddings", None)
+    head = getter() if callable(getter) else None
+    return head if type(head) is torch.nn.Linear else None
+
+
+@contextlib.contextmanager
+def fp32_output_head(model: torch.nn.Module, dtype: torch.dtype) -> Iterator[None]:
+    """Within the block, the model's vocabulary projection runs in fp32 even under bf16
+    autocast (its input, the final norm's output, is already fp32 there). It costs little:
+    callers project only the positions they need (``logits_to_keep``). A head that is not a
+    plain ``nn.Linear`` (e.g. a LoRA-wrapped one) is left as it is. No-op for fp32."""
+    import torch
+    import torch.nn.functional as F
+
+    head = _output_head(model) if dtype != torch.float32 else None
+    if head is None or "forward" in head.__dict__:  # fp32, no plain head, or already inside such a block
+        yield
+        return
+
+    def forward(hidden: torch.Tensor) -> torch.Tensor:
+        with torch.autocast(device_type=hidden.device.type, enabled=False):
+            bias = None if head.bias is None else head.bias.float()
+            return F.linear(hidden.float(), head.weight.float(), bias)
+
+    head.forward = forward  # an instance attribute shadows the class's forward
+    try:
+        yield
+    finally:
+        del head.forward
+
+
+@contextlib.contextmanager
+def fp32_attention(device: torch.device, dtype: torch.dtype) -> Iterator[None]:
+    """Within the block, transformers' "sdpa" attention runs in fp32 on CPU when ``dtype`` is
+    bf16 (autocast off around it, query/key/value cast up; the output goes on to the bf16
+    output projection). Scoped: the registration is undone on exit (nested blocks keep it)."""
+    import torch
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    local = ALL_ATTENTION_FUNCTIONS._local_mapping
+    if dtype == torch.float32 or torch.device(device).type != "cpu" or getattr(local.get("sdpa"), "labelrl_fp32", False):
+        yield
+        return
+
+    def attention(module, query, key, value, attention_mask, **kwargs):
+        with torch.autocast(device_type="cpu", enabled=False):
+            return sdpa_attention_forward(module, query.float(), key.float(), value.float(), attention_mask, **kwargs)
+
+    attention.labelrl_fp32 = True
+    missing = object()
+    previous = local.get("sdpa", missing)
+    local["sdpa"] = attention
+    try:
+        yield
+    finally:
+        if previous is missing:
+            del local["sdpa"]
+        else:
+            local["sdpa"] = previous
+
+
+@contextlib.contextmanager
+def compute(model: torch.nn.Module, dtype: torch.dtype) -> Iterator[None]:
+    """``autocast`` on the model's device, ``fp32_output_head`` and ``fp32_attention``: how
+    every forward pass of a trainer, sampler or scorer runs at ``dtype``."""
+    device = next(getattr(model, "module", model).parameters()).device
+    with autocast(dtype, device), fp32_output_head(model, dtype), fp32_attention(device, dtype):
+        yield

@@ -1,0 +1,290 @@
+"""The weights a fast decode step reads, gathered from a (possibly LoRA-wrapped) Llama.
+
+Per projection the step computes ``x·Wᵀ`` with W packed into oneDNN's blocked layout (q/k/v
+concatenated into one matrix, gate/up into another), plus, for a LoRA adapter being
+trained, a separate low-rank update ``(x·Aᵀ)·Bᵀ``:
+
+* an adapter that trains (RL with LoRA) changes every step while the base does not, so the
+  packed base is kept across sampling calls and each call gathers only the adapter's factors
+  (about 2% of SmolLM2's weights at r=16), instead of re-folding and re-packing every weight
+  (0.2–0.5 s per call on 2 cores); the price is two small products per projection per step;
+* an adapter that is frozen (a saved adapter being evaluated) is folded into W
+  (W + scale·B·A, peft's ``get_delta_weight``) and the packed result is kept as well;
+* base weights that train (full fine-tuning) change every step: packed anew per call and
+  never kept.
+
+The cache is keyed on the compute dtype and, for every packed weight, its storage pointer
+and version counter (bumped by in-place updates such as ``optimizer.step`` or
+``load_state_dict``), the adapters merged into it (peft merges through ``weight.data``, which
+the version counter does not see) and the folded adapters' factors and scales. An edit
+through ``.data`` outside peft's merge is not seen: call ``clear_fused_cache`` after one.
+"""
+
+from __future__ import annotations
+
+import weakref
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+LLAMA_PROJECTIONS = (("self_attn", ("q_proj", "k_proj", "v_proj")), ("self_attn", ("o_proj",)),
+                     ("mlp", ("gate_proj", "up_proj")), ("mlp", ("down_proj",)))
+# model → {compute dtype: (key, packed weights)}; a run uses one dtype, a benchmark may alternate two
+_CACHE: "weakref.WeakKeyDictionary[nn.Module, dict]" = weakref.WeakKeyDictionary()
+
+
+def _mkldnn_linear_available(weight: torch.Tensor) -> bool:
+    if weight.device.type != "cpu" or not torch.backends.mkldnn.is_available():
+        return False
+    if weight.dtype == torch.bfloat16 and not torch.ops.mkldnn._is_mkldnn_bf16_supported():
+        return False
+    return (weight.dtype in (torch.float32, torch.bfloat16) and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")
+            and hasattr(torch.ops.mkldnn, "_linear_pointwise"))
+
+
+class PackedLinear:
+    """x·Wᵀ for a weight W [out, in] that is applied to the same few rows many times.
+
+    On a CPU with oneDNN the weight is reordered once into oneDNN's blocked layout (the same
+    ops torch.compile's CPU backend emits for a frozen linear layer): at 8 rows a decode step
+    then runs its matrix products about 1.5–2× faster than ``F.linear``, which repacks the
+    weight on every call. Elsewhere it is ``F.linear``. Results agree to float rounding. The
+    input must have the weight's dtype (fp32 or bf16); the output has it too.
+    """
+
+    def __init__(self, weight: torch.Tensor, rows: int):
+        self.packed = None
+        self.weight = weight
+        if _mkldnn_linear_available(weight):
+            self.packed = torch.ops.mkldnn._reorder_linear_weight(weight.contiguous(), rows)
+            self.weight = None  # the packed copy is all a step needs
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        if self.packed is None:
+            return F.linear(x, self.weight)
+        return torch.ops.mkldnn._linear_pointwise(x, self.packed, None, "none", [], "")
+
+    def add_to(self, residual: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        """residual + x·Wᵀ, in one op where the backend fuses it (same dtypes), else two."""
+        if residual.dtype != x.dtype:
+            return residual + self(x)
+        if self.packed is None:
+            return torch.addmm(residual, x, self.weight.t())
+        return torch.ops.mkldnn._linear_pointwise.binary(x, residual, self.packed, None, "add")
+
+
+@dataclass
+class LowRank:
+    """The LoRA update of one (fused) projection: Δy = (x·Aᵀ)·Bᵀ.
+
+    ``a`` [R, in] stacks the A factors of every adapted sub-projection and adapter; ``b_t``
+    [R, out] is Bᵀ, block-diagonal: each sub-projection's scale·B in its own rows and
+    columns, zero elsewhere, so one pair of products serves q, k and v (or gate and up).
+    """
+
+    a: torch.Tensor
+    b_t: torch.Tensor
+
+
+class Projection:
+    """A packed frozen base plus an optional low-rank update."""
+
+    def __init__(self, base: PackedLinear, low_rank: LowRank | None):
+        self.base, self.low_rank = base, low_rank
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.base(x)
+        if self.low_rank is not None:
+            y = torch.addmm(y, x @ self.low_rank.a.t(), self.low_rank.b_t)
+        return y
+
+    def add_to(self, residual: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        out = self.base.add_to(residual, x)
+        if self.low_rank is not None:
+            out = out + (x @ self.low_rank.a.t()) @ self.low_rank.b_t
+        return out
+
+
+@dataclass
+class LayerWeights:
+    qkv: Projection  # [(H + 2·KV)·D, hidden] rows: q heads, then k heads, then v heads
+    o: Projection  # [hidden, H·D]
+    gate_up: Projection  # [2·I, hidden] rows: gate, then up
+    down: Projection  # [hidden, I]
+    input_norm: torch.Tensor  # [hidden], fp32 as stored
+    post_norm: torch.Tensor  # [hidden]
+
+
+@dataclass
+class LlamaWeights:
+    """Everything a decode step reads, gathered from a (possibly LoRA-wrapped) Llama."""
+
+    layers: list[LayerWeights]
+    embed: torch.Tensor  # [V, hidden]
+    final_norm: torch.Tensor  # [hidden]
+    lm_head: Projection  # [V, hidden], fp32 whatever the compute dtype: logits are fp32
+    eps: float  # RMSNorm epsilon
+    n_heads: int
+    n_kv_heads: int
+    head_dim: int
+    rotary: nn.Module  # the model's LlamaRotaryEmbedding
+    dtype: torch.dtype  # compute dtype of the projections and the KV cache
+    base_cached: bool = False  # the packed base came from the cache (nothing was re-packed)
+
+    @property
+    def has_low_rank(self) -> bool:
+        """Whether a step pays for low-rank updates (a trained adapter not folded in)."""
+        projections = [p for layer in self.layers for p in (layer.qkv, layer.o, layer.gate_up, layer.down)]
+        return any(p.low_rank is not None for p in projections + [self.lm_head])
+
+
+def base_model(model: nn.Module) -> nn.Module:
+    model = getattr(model, "module", model)  # DistributedDataParallel-style wrapper
+    return model.get_base_model() if hasattr(model, "get_base_model") else model
+
+
+def frozen_weight(module: nn.Module) -> torch.Tensor:
+    """The projection's own weight (a LoRA wrapper's base layer weight)."""
+    return module.weight if type(module) is nn.Linear else module.base_layer.weight
+
+
+def _active_lora(module: nn.Module) -> list[str]:
+    """Names of the adapters whose update is added to this projection's output (not merged)."""
+    if type(module) is nn.Linear or module.merged or module.disable_adapters:
+        return []
+    return [name for name in module.active_adapters if name in module.lora_A]
+
+
+def _trains(module: nn.Module, name: str) -> bool:
+    return module.lora_A[name].weight.requires_grad or module.lora_B[name].weight.requires_grad
+
+
+def folded_adapters(module: nn.Module) -> list[str]:
+    """Active adapters with frozen factors (a loaded adapter being evaluated): folded into
+    the packed weight, which then stays valid until something changes."""
+    return [name for name in _active_lora(module) if not _trains(module, name)]
+
+
+def separate_adapters(module: nn.Module) -> list[str]:
+    """Active adapters being trained (they change every step): applied as a low-rank update."""
+    return [name for name in _active_lora(module) if _trains(module, name)]
+
+
+def low_rank(modules: list[nn.Module], dtype: torch.dtype) -> LowRank | None:
+    """The block-diagonal low-rank update of the concatenation of ``modules`` from their
+    trained adapters (None: none). peft's own definition: Δy = scaling · B(A(x)) per adapter
+    (``lora/layer.py``, ``Linear.forward``); fan_in_fan_out layers are refused by
+    ``unsupported_reason``. ``b`` is stored transposed and contiguous, [R, out], the layout
+    the small product reads fastest."""
+    a_blocks, b_blocks = [], []
+    for row, module in enumerate(modules):
+        for name in separate_adapters(module):
+            a_blocks.append(module.lora_A[name].weight)
+            b_blocks.append((row, module.lora_B[name].weight * module.scaling[name]))
+    if not a_blocks:
+        return None
+    outs = [frozen_weight(m).shape[0] for m in modules]
+    a = torch.cat(a_blocks).to(dtype)
+    b_t = a.new_zeros((a.shape[0], sum(outs)))
+    col = 0
+    for row, block in b_blocks:
+        start = sum(outs[:row])
+        b_t[col : col + block.shape[1], start : start + block.shape[0]] = block.t()
+        col += block.shape[1]
+    return LowRank(a=a, b_t=b_t)
+
+
+def _groups(layer: nn.Module) -> list[list[nn.Module]]:
+    return [[getattr(getattr(layer, part), name) for name in names] for part, names in LLAMA_PROJECTIONS]
+
+
+def _packed_modules(base: nn.Module) -> list[nn.Module]:
+    return [m for layer in base.model.layers for group in _groups(layer) for m in group] + [base.lm_head]
+
+
+def _tensor_key(t: torch.Tensor) -> tuple:
+    return t.data_ptr(), t._version
+
+
+def _cache_key(base: nn.Module, dtype: torch.dtype) -> tuple | None:
+    """The cache key of the packed weights (None: a packed weight is trainable, never cached):
+    per projection its base weight, the adapters merged into it, and each folded adapter's
+    factors and scale."""
+    parts: list = [dtype]
+    for module in _packed_modules(base):
+        weight = frozen_weight(module)
+        if weight.requires_grad:
+            return None
+        folded = tuple((name, _tensor_key(module.lora_A[name].weight), _tensor_key(module.lora_B[name].weight),
+                        float(module.scaling[name])) for name in folded_adapters(module))
+        parts.append((_tensor_key(weight), tuple(getattr(module, "merged_adapters", ())), folded))
+    return tuple(parts)
+
+
+def effective_weight(module: nn.Module, fold_all: bool = False) -> torch.Tensor:
+    """The base weight plus the folded adapters' scale·B·A (peft's ``get_delta_weight``);
+    ``fold_all`` folds the trained adapters too."""
+    weight = frozen_weight(module)
+    names = _active_lora(module) if fold_all else folded_adapters(module)
+    deltas = [module.get_delta_weight(name) for name in names]
+    return weight + sum(deltas) if deltas else weight
+
+
+def _pack(base: nn.Module, rows: int, dtype: torch.dtype, fold_all: bool = False) -> list:
+    """[(qkv, o, gate_up, down) PackedLinear per layer] + [lm_head PackedLinear, fp32]."""
+    packed = []
+    for layer in base.model.layers:
+        packed.append(tuple(PackedLinear(torch.cat([effective_weight(m, fold_all) for m in group]).to(dtype), rows)
+                            for group in _groups(layer)))
+    packed.append(PackedLinear(effective_weight(base.lm_head, fold_all).float(), rows))
+    return packed
+
+
+def packed_weights(base: nn.Module, rows: int, dtype: torch.dtype) -> tuple[list, bool]:
+    """The packed weights, from the cache when still valid; and whether they were."""
+    key = _cache_key(base, dtype)
+    entries = _CACHE.setdefault(base, {})
+    hit = entries.get(dtype)
+    if key is not None and hit is not None and hit[0] == key:
+        return hit[1], True
+    entries.pop(dtype, None)  # stale: free it before packing anew
+    packed = _pack(base, rows, dtype)
+    if key is not None:
+        entries[dtype] = (key, packed)
+    return packed, False
+
+
+def clear_fused_cache(model: nn.Module | None = None) -> None:
+    """Drop the packed base of ``model`` (of every model when None)."""
+    if model is None:
+        _CACHE.clear()
+    else:
+        _CACHE.pop(base_model(model), None)
+
+
+def fuse_llama(model: nn.Module, rows: int = 8, dtype: torch.dtype = torch.float32,
+               fold_all: bool = False) -> LlamaWeights:
+    """Gather the weights of a model ``unsupported_reason`` accepts for steps of about
+    ``rows`` rows (a layout hint: any row count works), projections and KV cache in
+    ``dtype`` (fp32 or bf16), the vocabulary projection in fp32. ``fold_all`` folds trained
+    adapters into the packed weights too (packed anew, not kept): no low-rank products per
+    step. Call it under ``torch.inference_mode`` so the concatenations record no autograd
+    history."""
+    base = base_model(model)
+    config = base.config
+    packed, cached = (_pack(base, rows, dtype, fold_all=True), False) if fold_all else packed_weights(base, rows, dtype)
+    layers = []
+    for layer, projections in zip(base.model.layers, packed[:-1]):
+        updates = [None if fold_all else low_rank(group, dtype) for group in _groups(layer)]
+        qkv, o, gate_up, down = (Projection(p, u) for p, u in zip(projections, updates))
+        layers.append(LayerWeights(qkv=qkv, o=o, gate_up=gate_up, down=down, input_norm=layer.input_layernorm.weight,
+                                   post_norm=layer.post_attention_layernorm.weight))
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    return LlamaWeights(
+        layers=layers, embed=base.model.embed_tokens.weight, final_norm=base.model.norm.weight,
+        lm_head=Projection(packed[-1], None if fold_all else low_rank([base.lm_head], torch.float32)),
+        eps=float(config.rms_norm_eps), n_heads=config.num_attention_heads, n_kv_heads=config.num_key_value_heads,
+        head_dim=head_dim, rotary=base.model.rotary_emb, dtype=dtype, base_cached=cached,
+    )

@@ -1,0 +1,180 @@
+"""Will the largest batch fit? A memory preflight, and activation checkpointing when it won't.
+
+Training memory is the model and what the process already holds (measured: resident memory
+now, or CUDA's allocation), the optimizer state (a gradient and AdamW's two moments per
+trainable parameter, fp32: 12 bytes each), the activations the forward pass saves for the
+backward pass, and the logits of the positions the loss reads. The activations are measured,
+not guessed: ``probe_activations`` runs two short forward passes (1 × 32 and 1 × 64 tokens)
+with ``torch.autograd.graph.saved_tensors_hooks`` and sums the storages saved for backward
+(parameters excluded); a straight line through the two gives a fixed part (under bf16
+autocast, the bf16 copies of frozen weights) and a per-token part, which scales to the
+largest batch. The attention here never saves an L×L matrix (SDPA's flash kernel on CPU keeps
+one row block at a time), so saved memory grows linearly with the tokens of a batch.
+
+With activation checkpointing (Chen et al. 2016, "Training Deep Nets with Sublinear Memory
+Cost") each decoder layer keeps only its input and recomputes the rest during the backward
+pass: per token, the layer inputs ((L + 1) × hidden fp32 values) plus one layer's share of the
+saved activations, for about a third more compute.
+
+``--gradient-checkpointing`` forces it on or off; unset, it is turned on when the predicted
+peak of the largest batch exceeds ``--memory-budget`` (GiB; default half the machine's
+memory, or of the GPU's).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass
+
+import torch
+
+GIB = 2**30
+DEFAULT_BUDGET_SHARE = 0.5
+OPTIMIZER_BYTES_PER_TRAINABLE = 12  # fp32 gradient + AdamW's two fp32 moments
+LOGIT_COPIES = 3  # logits, their fp32 log-softmax workspace, their gradient
+PROBE_LENGTHS = (32, 64)
+
+
+@dataclass
+class ActivationCost:
+    fixed_bytes: float  # saved for backward whatever the batch
+    per_token_bytes: float  # saved per token position forwarded
+
+
+@dataclass
+class MemoryPlan:
+    gradient_checkpointing: bool
+    reason: str
+    budget_mb: float
+    predicted_peak_mb: float  # without checkpointing
+    predicted_peak_checkpointed_mb: float | None
+    tokens: int  # token positions of the largest batch
+    fits: bool
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def total_memory_bytes(device: torch.device) -> int | None:
+    if device.type == "cuda":
+        return torch.cuda.get_device_properties(device).total_memory
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def memory_budget_bytes(gib: float | None, device: torch.device) -> int | None:
+    """``gib`` GiB, or by default half of the device's memory (None when unknown)."""
+    if gib is not None:
+        return int(gib * GIB)
+    total = total_memory_bytes(device)
+    return None if total is None else int(DEFAULT_BUDGET_SHARE * total)
+
+
+def current_bytes(device: torch.device) -> int:
+    """Memory the process holds now: CUDA's allocation, else resident memory (Linux
+    /proc/self/statm; elsewhere the peak so far, an over-estimate)."""
+    if device.type == "cuda":
+        return torch.cuda.memory_allocated(device)
+    try:
+        with open("/proc/self/statm", encoding="ascii") as handle:
+            return int(handle.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        import resource
+
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def _saved_bytes(model, length: int, dtype: torch.dtype, device: torch.device) -> int:
+    from labelrl.models.precision import compute
+
+    params = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    seen: dict[int, int] = {}
+
+    def pack(tensor: torch.Tensor) -> torch.Tensor:
+        storage = tensor.untyped_storage()
+        if storage.data_ptr() not in params:
+            seen[storage.data_ptr()] = storage.nbytes()
+        return tensor
+
+    ids = torch.arange(3, 3 + length, device=device)[None] % model.config.vocab_size
+    with torch.enable_grad(), torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), compute(model, dtype):
+        model(input_ids=ids, logits_to_keep=1)
+    return sum(seen.values())
+
+
+def probe_activations(model, dtype: torch.dtype) -> ActivationCost:
+    """Bytes saved for backward, measured at two lengths and fitted by a line (see module doc)."""
+    device = next(model.parameters()).device
+    was_training = model.training
+    model.train()
+    try:
+        short, long = (_saved_bytes(model, n, dtype, device) for n in PROBE_LENGTHS)
+    finally:
+        model.train(was_training)
+    per_token = max(0.0, (long - short) / (PROBE_LENGTHS[1] - PROBE_LENGTHS[0]))
+    return ActivationCost(fixed_bytes=max(0.0, short - per_token * PROBE_LENGTHS[0]), per_token_bytes=per_token)
+
+
+def activation_bytes(cost: ActivationCost, tokens: int, model, checkpointing: bool) -> float:
+    """Saved activations of a batch of ``tokens`` positions, with or without checkpointing."""
+    if not checkpointing:
+        return cost.fixed_bytes + cost.per_token_bytes * tokens
+    config = model.config
+    layers = max(1, getattr(config, "num_hidden_layers", 1))
+    kept_inputs = (layers + 1) * config.hidden_size * 4  # each layer's fp32 input, plus the final norm's
+    return cost.fixed_bytes / layers + tokens * (cost.per_token_bytes / layers + kept_inputs)
+
+
+def plan_memory(model, dtype: torch.dtype, *, tokens: int, tokens_checkpointed: int | None = None,
+                logit_positions: int, requested: bool | None, budget_gib: float | None) -> MemoryPlan:
+    """Predict the peak of a batch of ``tokens`` positions (``tokens_checkpointed`` when the
+    checkpointed pass forwards more, as RL's plain pass does) whose loss reads
+    ``logit_positions`` logits, and decide on checkpointing (``requested`` wins when set)."""
+    device = next(model.parameters()).device
+    budget = memory_budget_bytes(budget_gib, device)
+    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    vocab = model.config.vocab_size
+    base = current_bytes(device) + trainable * OPTIMIZER_BYTES_PER_TRAINABLE + LOGIT_COPIES * logit_positions * vocab * 4
+    cost = probe_activations(model, dtype)
+    plain = base + activation_bytes(cost, tokens, model, False)
+    checkpointed = base + activation_bytes(cost, tokens_checkpointed or tokens, model, True)
+    if requested is not None:
+        use, reason = requested, "--gradient-checkpointing" if requested else "--no-gradient-checkpointing"
+    elif budget is None:
+        use, reason = False, "machine memory unknown: give --memory-budget to plan"
+    else:
+        use = plain > budget
+        reason = (f"predicted {plain / GIB:.1f} GiB > budget {budget / GIB:.1f} GiB" if use
+                  else f"predicted {plain / GIB:.1f} GiB ≤ budget {budget / GIB:.1f} GiB")
+    peak = checkpointed if use else plain
+    return MemoryPlan(gradient_checkpointing=use, reason=reason, budget_mb=(budget or 0) / 2**20,
+                      predicted_peak_mb=plain / 2**20, predicted_peak_checkpointed_mb=checkpointed / 2**20,
+                      tokens=tokens, fits=budget is None or peak <= budget)
+
+
+def set_checkpointing(model, on: bool) -> None:
+    """Turn activation checkpointing on (non-reentrant, so frozen inputs need no grad) or off."""
+    name = "activation_checkpointing" if hasattr(model, "activation_checkpointing_enable") else "gradient_checkpointing"
+    if on:
+        getattr(model, f"{name}_enable")(**({f"{name}_kwargs": {"use_reentrant": False}}))
+    elif hasattr(model, f"{name}_disable"):
+        getattr(model, f"{name}_disable")()
+
+
+def report_memory_plan(plan: MemoryPlan, quiet: bool) -> None:
+    """One line on stderr: the prediction, the budget and the decision (a warning when even
+    the chosen setting is predicted not to fit)."""
+    import sys
+
+    if quiet and plan.fits:
+        return
+    state = "on" if plan.gradient_checkpointing else "off"
+    line = (f"memory: largest batch {plan.tokens} token positions, predicted peak {plan.predicted_peak_mb / 1024:.1f} GiB "
+            f"({(plan.predicted_peak_checkpointed_mb or 0) / 1024:.1f} GiB with checkpointing); activation "
+            f"checkpointing {state} ({plan.reason})")
+    if not plan.fits:
+        line += (f"; WARNING: predicted above the budget of {plan.budget_mb / 1024:.1f} GiB even so: lower "
+                 "--batch-size or --max-length, or raise --memory-budget")
+    print(line, file=sys.stderr, flush=True)

@@ -1,0 +1,96 @@
+"""Precision resolution and the fp32 vocabulary projection under bf16 autocast."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+
+from labelrl.models import precision as P
+
+
+def tiny_llama(seed: int = 0) -> LlamaForCausalLM:
+    torch.manual_seed(seed)
+    config = LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                         num_key_value_heads=2, vocab_size=512, max_position_embeddings=128, initializer_range=0.2,
+                         tie_word_embeddings=False)
+    return LlamaForCausalLM(config).eval()
+
+
+def test_explicit_precisions_resolve_the_same_everywhere():
+    assert P.resolve_dtype("fp32") == torch.float32
+    assert P.resolve_dtype("bf16") == torch.bfloat16
+    assert P.resolve_dtype("fp32", "cuda") == torch.float32
+
+
+@pytest.mark.parametrize("native, expected", [(True, torch.bfloat16), (False, torch.float32)])
+def test_auto_is_bf16_only_on_a_cpu_with_native_bf16(monkeypatch, native, expected):
+    monkeypatch.setattr(P, "cpu_has_native_bf16", lambda: native)
+    assert P.resolve_dtype("auto", "cpu") == expected
+
+
+def test_unknown_precision_names_the_choices():
+    with pytest.raises(ValueError, match="precision='fp16'.*auto, fp32, bf16"):
+        P.resolve_dtype("fp16")
+    with pytest.raises(ValueError, match="torch.float16.*float32 and torch.bfloat16"):
+        P.check_compute_dtype(torch.float16)
+
+
+def test_cpuinfo_fallback_reads_the_bf16_flags(monkeypatch):
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", None, raising=False)
+    monkeypatch.setattr(P, "_cpuinfo_flags", lambda: {"avx512f", "avx512_bf16"})
+    assert P.cpu_has_native_bf16() is True
+    monkeypatch.setattr(P, "_cpuinfo_flags", lambda: {"avx512f", "avx512_vnni"})  # AVX-512 without BF16: emulated
+    assert P.cpu_has_native_bf16() is False
+
+
+def _final_hidden(model):
+    """The final norm's output (the vocabulary projection's input), captured by a hook."""
+    seen = {}
+    handle = model.model.norm.register_forward_hook(lambda m, i, out: seen.setdefault("h", out))
+    return seen, handle
+
+
+def test_compute_bf16_projects_the_vocabulary_in_fp32_from_fp32_hidden_states():
+    model = tiny_llama()
+    ids = torch.randint(3, 512, (2, 9), generator=torch.Generator().manual_seed(0))
+    seen, handle = _final_hidden(model)
+    with torch.no_grad(), P.compute(model, torch.bfloat16):
+        logits = model(input_ids=ids).logits
+    handle.remove()
+    hidden = seen["h"]
+    assert hidden.dtype == torch.float32  # the residual stream and the norm stay fp32 under autocast
+    assert logits.dtype == torch.float32
+    # exactly the fp32 product of those hidden states: a bf16 head cast to fp32 would miss by ~1e-2
+    torch.testing.assert_close(logits, hidden @ model.lm_head.weight.t(), atol=1e-5, rtol=0)
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        plain = model(input_ids=ids).logits  # plain autocast: a bf16 head
+    assert plain.dtype == torch.bfloat16 and not torch.allclose(plain.float(), logits, atol=1e-4)
+    assert "forward" not in model.lm_head.__dict__  # restored
+
+
+def test_compute_bf16_changes_the_layers_and_fp32_changes_nothing():
+    model = tiny_llama()
+    ids = torch.randint(3, 512, (2, 9), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        reference = model(input_ids=ids).logits
+        with P.compute(model, torch.float32):
+            same = model(input_ids=ids).logits
+        with P.compute(model, torch.bfloat16):
+            low = model(input_ids=ids).logits
+    assert torch.equal(same, reference)
+    difference = (low - reference).abs().max().item()
+    assert 1e-4 < difference < 0.2  # bf16 matrix products ran (rounding shows), and stayed close
+
+
+def test_nested_compute_blocks_restore_the_head_once():
+    model = tiny_llama()
+    with P.compute(model, torch.bfloat16):
+        with P.compute(model, torch.bfloat16):
+            assert "forward" in model.lm_head.__dict__
+        assert "forward" in model.lm_head.__dict__  # the outer block still holds it
+    assert "forward" not in model.lm_head.__dict__
+
+
+def test_precision_name_of_dtypes():
+    assert P.precision_name(torch.float32) == "fp32" and P.precision_name(torch.bfloat16) == "bf16"

@@ -1,0 +1,101 @@
+"""The memory preflight: the probe's line predicts what a longer batch saves, checkpointing is
+planned from the budget (or forced), cuts what is saved, and leaves the training unchanged."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+
+from labelrl.train import memory as M
+
+
+def tiny_llama():
+    torch.manual_seed(0)
+    config = LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=4, num_attention_heads=4,
+                         num_key_value_heads=2, vocab_size=1000, max_position_embeddings=1024)
+    return LlamaForCausalLM(config)
+
+
+def saved_bytes_of_training_forward(model, length: int) -> int:
+    """What a real training forward of 1 × ``length`` tokens saves for backward."""
+    model.train()
+    return M._saved_bytes(model, length, torch.float32, torch.device("cpu"))
+
+
+def test_probe_line_predicts_the_saved_activations_of_a_longer_batch():
+    model = tiny_llama()
+    cost = M.probe_activations(model, torch.float32)
+    assert cost.per_token_bytes > 0
+    measured = saved_bytes_of_training_forward(model, 400)  # 6× the longer probe
+    predicted = M.activation_bytes(cost, 400, model, checkpointing=False)
+    assert predicted == pytest.approx(measured, rel=0.05)
+
+
+def test_checkpointing_cuts_the_saved_activations():
+    model = tiny_llama()
+    plain = saved_bytes_of_training_forward(model, 300)
+    M.set_checkpointing(model, True)
+    checkpointed = saved_bytes_of_training_forward(model, 300)
+    M.set_checkpointing(model, False)
+    assert checkpointed < plain / 3
+    assert saved_bytes_of_training_forward(model, 300) == plain  # and off again
+
+
+@pytest.mark.parametrize("budget_gib, requested, expected", [
+    (1e-4, None, True),  # 100 KiB: nothing fits → on
+    (1e4, None, False),  # 10 TiB: everything fits → off
+    (1e4, True, True),  # forced on
+    (1e-4, False, False),  # forced off, and reported as not fitting
+])
+def test_plan_follows_the_budget_unless_forced(budget_gib, requested, expected):
+    plan = M.plan_memory(tiny_llama(), torch.float32, tokens=2000, logit_positions=64, requested=requested,
+                         budget_gib=budget_gib)
+    assert plan.gradient_checkpointing is expected
+    assert plan.predicted_peak_checkpointed_mb < plan.predicted_peak_mb
+    assert plan.fits is (budget_gib > 1)
+
+
+def test_default_budget_is_half_the_machine():
+    total = M.total_memory_bytes(torch.device("cpu"))
+    assert M.memory_budget_bytes(None, torch.device("cpu")) == int(total * 0.5)
+    assert M.memory_budget_bytes(2.0, torch.device("cpu")) == 2 * 2**30
+
+
+def test_sft_under_a_tiny_budget_checkpoints_and_trains_the_same_weights(tmp_path):
+    from labelrl.train.config import SFTConfig
+    from labelrl.train.sft import run_sft
+
+    def run(name, **options):
+        cfg = SFTConfig(model="tiny-random", data="sms-spam", limit=120, out=tmp_path / name, max_steps=3, batch_size=4,
+                        eval_every=3, quiet=True, lora=False, precision="fp32", **options)
+        summary = run_sft(cfg)
+        losses = [json.loads(line)["train/loss"] for line in (tmp_path / name / "sft_metrics.jsonl").open()]
+        return summary, losses
+
+    tight, tight_losses = run("tight", memory_budget=1e-4)
+    plain, plain_losses = run("plain", gradient_checkpointing=False)
+    assert tight["memory"]["gradient_checkpointing"] is True and "budget" in tight["memory"]["reason"]
+    assert plain["memory"]["gradient_checkpointing"] is False
+    # recomputing activations changes nothing but memory and time
+    assert tight_losses == pytest.approx(plain_losses, abs=1e-6)
+
+
+def test_rl_with_checkpointing_makes_the_same_update(toy_data, rl_config, tmp_path):
+    from labelrl import metrics_keys as K
+    from labelrl.fileio import read_jsonl
+    from labelrl.train.rl import run_rl
+
+    records = {}
+    for flag in (True, False):
+        out = tmp_path / str(flag)
+        summary = run_rl(rl_config("tiny-random", toy_data, out, steps=2, prompts_per_step=2, group_size=2,
+                                   precision="fp32", skip_uninformative=False, gradient_checkpointing=flag))
+        assert summary["memory"]["gradient_checkpointing"] is flag
+        records[flag] = read_jsonl(out / "metrics.jsonl")
+    # checkpointing runs the plain (unshared) pass: the same numbers up to float rounding
+    for a, b in zip(records[True], records[False]):
+        assert a[K.LOSS] == pytest.approx(b[K.LOSS], abs=1e-5)
+        assert a[K.GRAD_NORM] == pytest.approx(b[K.GRAD_NORM], rel=1e-4)
