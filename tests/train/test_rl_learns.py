@@ -19,8 +19,10 @@ from labelrl.train.rl import run_rl
         ("corpo", dict(learning_rate=1e-3, steps=50, threshold=0.5)),
     ],
 )
-def test_reward_rises_from_chance_to_at_least_0_9(preset, options, warm_model, toy_data, rl_config, tmp_path):
+def test_reward_rises_from_chance_to_at_least_0_9(preset, options, warm_model, toy_data, rl_config, tmp_path,
+                                                  weights_changed):
     summary = run_rl(rl_config(warm_model, toy_data, tmp_path / preset, preset=preset, **options))
+    weights_changed(warm_model, tmp_path / preset)
     rewards = [r[K.REWARD_MEAN] for r in read_jsonl(tmp_path / preset / "metrics.jsonl")]
     assert summary["steps_done"] == options["steps"]
     # the warm start answers the RL words at chance (0.5 with some format failures)
