@@ -58,12 +58,18 @@ def test_demo_runs_every_arm_on_smollm2_and_reports_the_holdout(tmp_path):
                 assert cfg["model"] == "smollm2-135m-instruct" and cfg["max_steps"] == SFT_STEPS, (task, name)
             elif arm["type"] == "rl":
                 assert cfg["steps"] == RL_STEPS and str(out / task) in cfg["model"], (task, name)
+                assert arm["train"]["steps"] == RL_STEPS, (task, name)
             if arm["type"] != "distill":  # a distillation arm writes traces, not a model to score
                 assert arm["val"]["n"] == VAL_ITEMS and arm["holdout"]["n"] == HOLDOUT_ITEMS, (task, name)
         table = _task_section(md, task)
         assert re.search(r"\| label ceiling \(1 − ε\) \|.*\| [01]\.\d{3} \[", table), task
         for name in (n for n, a in arms.items() if a["type"] != "distill"):
             assert re.search(rf"\| {name} \| [^|]+ \| done \| holdout \| {HOLDOUT_ITEMS} \| [01]\.\d{{3}} \[", table), (task, name)
+    # At this scale the spam SFT model does not yet answer in the tag format, so its RL groups are
+    # uniform (reward 0) and spam/grpo keeps sft's weights (the ladder then shares sft's holdout
+    # result); movies' partial credit leaves groups mixed, so RL updates SmolLM2 there.
+    rl_arms = [a for t in TASKS for a in state["tasks"][t]["arms"].values() if a["type"] == "rl"]
+    assert any("holdout_same_model_as" not in a for a in rl_arms), "no RL arm changed SmolLM2's weights"
     for arm in state["tasks"]["movies"]["arms"].values():  # scored out of domain as well
         assert arm["ood"]["vader-tweets"]["n"] == HOLDOUT_ITEMS
     html = (out / "report" / "report.html").read_text()

@@ -112,7 +112,8 @@ def assert_same_gradients(skipped: dict[str, torch.Tensor], unskipped: dict[str,
     assert skipped.keys() == unskipped.keys() and skipped
     for name, grad in unskipped.items():
         scale = float(grad.abs().max())
-        torch.testing.assert_close(skipped[name], grad, rtol=1e-4, atol=1e-5 * max(scale, 1e-6), msg=name)
+        torch.testing.assert_close(skipped[name], grad, rtol=1e-4, atol=1e-5 * max(scale, 1e-6),
+                                   msg=lambda detail, name=name: f"{name}: {detail}")
 
 
 def _whole_batch_counts_dropped(batch, groups, group_size):
