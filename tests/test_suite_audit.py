@@ -5,8 +5,8 @@ computes, so ``assert f(x) == f(x)`` (or ``a = f(x); b = f(x); assert a == b``) 
 any implementation. Determinism is two runs compared: another process (the
 ``fresh_process`` fixture), fresh objects, or a value pinned by hand (DESIGN.md, habit 11).
 
-The check reads every test module's syntax tree and flags an equality (``==``,
-``torch.equal``, ``assert_close``, ``assert_allclose``, ``assert_same_*`` …) whose two sides are
+The check reads every test module's syntax tree and flags an equality (``==``, ``pytest.approx``,
+``torch.equal``, ``assert_close``, ``assert_allclose``, ``assert_same_*``, ``.equals`` …) whose two sides are
 the same call expression, directly or through names each bound once to that expression. A
 flagged comparison is allowed only when state changed between the two calls (a file was
 written, the global RNG was reseeded, …): ``STATEFUL`` lists each one with the reason.
@@ -66,6 +66,8 @@ def self_comparisons(source: str) -> list[str]:
                         bound.setdefault(name.id, []).append(ast.dump(expr))
 
         def call_of(expr: ast.expr) -> str | None:
+            if isinstance(expr, ast.Call) and _call_name(expr) == "approx" and expr.args:
+                expr = expr.args[0]  # pytest.approx(f(x)) compares with f(x)
             if isinstance(expr, ast.Name) and len(bound.get(expr.id, [])) == 1:
                 (dumped,) = bound[expr.id]
                 return dumped if dumped.startswith("Call(") else None
@@ -79,6 +81,9 @@ def self_comparisons(source: str) -> list[str]:
                 name = _call_name(node)
                 if name in EQUALITY_CALLS or name.startswith("assert_same"):
                     sides.append((node.args[0], node.args[1]))
+            if isinstance(node, ast.Call) and _call_name(node) == "equals" and len(node.args) == 1 \
+                    and isinstance(node.func, ast.Attribute):
+                sides.append((node.func.value, node.args[0]))  # table.equals(other)
             for left, right in sides:
                 key = call_of(left)
                 if key is not None and key == call_of(right):
@@ -91,9 +96,12 @@ def self_comparisons(source: str) -> list[str]:
     ("def test():\n    a = f(1)\n    b = f(1)\n    assert a == b", ["a == b"]),
     ("def test():\n    a, b = f(x), f(x)\n    torch.testing.assert_close(a, b)", ["torch.testing.assert_close(a, b)"]),
     ("def test():\n    assert_same_weights(load(d), load(d))", ["assert_same_weights(load(d), load(d))"]),
+    ("def test():\n    assert read(d).equals(read(d))", ["read(d).equals(read(d))"]),
+    ("def test():\n    a = f(1)\n    assert a == pytest.approx(f(1))", ["a == pytest.approx(f(1))"]),
     # not flagged: other arguments, an inequality, a value pinned by hand, a name bound twice
     ("def test():\n    assert f(1) == f(2) and f(1) != f(1)", []),
     ("def test():\n    assert step_seed(0, 5, 1) == 5046", []),
+    ("def test():\n    assert read(a).equals(read(b)) and f(1) == pytest.approx(0.5)", []),
     ("def test():\n    a = f(1)\n    a = g(a)\n    assert a == f(1)", []),
 ])
 def test_the_audit_flags_self_comparisons_and_nothing_else(source, flagged):
