@@ -1,4 +1,5 @@
 # Two commands a newcomer needs: `make demo` and `make test`. Both build .venv from nothing.
+# CI (.ci/run) runs `make test`, then `make test-slow`.
 PYTHON ?= python3.11
 VENV   := .venv
 PY     := $(VENV)/bin/python
@@ -24,8 +25,10 @@ $(STAMP): pyproject.toml Makefile
 test: $(STAMP)
 	$(PY) -m pytest -q -n 2 --durations=15
 
+# Two workers, each test file on one of them (a file's tests share its fixtures): the demo runs
+# beside the kill, soak and two-process tests instead of after them.
 test-slow: $(STAMP)
-	$(PY) -m pytest -q -m slow --durations=15
+	$(PY) -m pytest -q -m slow -n 2 --dist loadfile --durations=0
 
 demo: $(STAMP)
 	$(VENV)/bin/labelrl demo

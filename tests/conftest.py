@@ -17,7 +17,10 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import random
+import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -107,3 +110,94 @@ def make_rl_config(model: Path, data: Path, out: Path, **overrides):
                 max_new_tokens=10, steps=4, learning_rate=1e-3, quiet=True)
     base.update(overrides)
     return RLConfig(**base)
+
+
+# --- two runs, not one call twice ---------------------------------------------------------
+
+_FRESH_CALL = """
+import importlib, pickle, sys
+module, qualname, args, kwargs = pickle.loads(open(sys.argv[1], "rb").read())
+func = importlib.import_module(module)
+for part in qualname.split("."):
+    func = getattr(func, part)
+open(sys.argv[2], "wb").write(pickle.dumps(func(*args, **kwargs)))
+"""
+
+
+def call_in_fresh_process(func, *args, **kwargs):
+    """``func(*args, **kwargs)`` computed in a new Python interpreter with another hash seed.
+
+    Determinism is two runs compared, never one call compared with itself: a seeded function
+    that leaned on ``hash()`` of a string, set order, global RNG state or anything else the
+    process carries would agree with itself in this process and still differ in the next
+    run. ``func`` must be importable by module and name; arguments and result go by pickle.
+    """
+    ours = os.environ.get("PYTHONHASHSEED")
+    env = {**os.environ, "PYTHONHASHSEED": "2" if ours == "1" else "1", "OMP_NUM_THREADS": "1"}
+    with tempfile.TemporaryDirectory() as tmp:
+        request, answer = Path(tmp) / "request.pkl", Path(tmp) / "answer.pkl"
+        request.write_bytes(pickle.dumps((func.__module__, func.__qualname__, args, kwargs)))
+        result = subprocess.run([sys.executable, "-c", _FRESH_CALL, str(request), str(answer)], env=env,
+                                capture_output=True, text=True, timeout=600)
+        assert result.returncode == 0, result.stderr[-3000:]
+        return pickle.loads(answer.read_bytes())
+
+
+@pytest.fixture
+def fresh_process():
+    """``fresh_process(func, *args, **kwargs)``: the call made in a new interpreter (see
+    ``call_in_fresh_process``)."""
+    return call_in_fresh_process
+
+
+def saved_model_weights(run_dir: Path) -> dict:
+    """Every tensor of the safetensors files in ``RUN_DIR/model`` (or in a model directory)."""
+    from safetensors.torch import load_file
+
+    model_dir = Path(run_dir) / "model" if (Path(run_dir) / "model").is_dir() else Path(run_dir)
+    files = sorted(model_dir.glob("*.safetensors"))
+    assert files, f"no safetensors weights in {model_dir}"
+    out: dict = {}
+    for path in files:
+        out.update(load_file(str(path)))
+    return out
+
+
+def assert_weights_changed(before: Path | str, after: Path) -> None:
+    """Training moved some saved weight between two run (or model) directories, or between a
+    built-in model (``"tiny-random"``) and a run: without it, a test that compares two trained
+    runs, or claims that a model learned, proves nothing."""
+    import torch
+
+    if not Path(before).exists():
+        from labelrl.models import load_model
+
+        start = load_model(str(before))[0].state_dict()
+    else:
+        start = saved_model_weights(before)
+    end = saved_model_weights(after)
+    shared = start.keys() & end.keys()
+    assert shared, f"no weight names in common between {before} and {after}"
+    changed = [name for name in sorted(shared) if not torch.equal(start[name], end[name])]
+    assert changed, f"training changed none of the {len(shared)} saved tensors of {after}"
+
+
+@pytest.fixture
+def weights_changed():
+    """``weights_changed(before, after_dir)``: assert that training moved a saved weight."""
+    return assert_weights_changed
+
+
+def assert_fresh_adapter_trained(after: Path) -> None:
+    """A LoRA adapter trained from scratch moved: PEFT starts every ``lora_B`` at zero (labelrl
+    keeps that default), so a non-zero ``lora_B`` is training's doing."""
+    weights = saved_model_weights(after)
+    lora_b = {name: t for name, t in weights.items() if "lora_B" in name}
+    assert lora_b, f"no lora_B tensors in {after}: not a LoRA adapter"
+    assert any(bool(t.abs().sum() > 0) for t in lora_b.values()), f"every lora_B of {after} is still zero: nothing trained"
+
+
+@pytest.fixture
+def adapter_trained():
+    """``adapter_trained(run_dir)``: assert that a LoRA adapter trained from scratch moved."""
+    return assert_fresh_adapter_trained

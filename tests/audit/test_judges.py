@@ -136,8 +136,9 @@ def test_draw_label_inverts_the_cdf():
     assert draw_label([0.5, 0.4999999], 0.9999999999) == 1  # rounding short of 1 still picks a label
 
 
-def test_item_uniform_depends_on_seed_and_id_only():
-    assert item_uniform(3, "a") == item_uniform(3, "a")
+def test_item_uniform_depends_on_seed_and_id_only(fresh_process):
+    # a second run, in another interpreter with another hash seed, draws the same number
+    assert fresh_process(item_uniform, 3, "item-17") == item_uniform(3, "item-17")
     assert item_uniform(3, "a") != item_uniform(4, "a") and item_uniform(3, "a") != item_uniform(3, "b")
     draws = [draw_label([0.3, 0.7], item_uniform(0, str(i))) for i in range(4000)]
     assert abs(sum(draws) / len(draws) - 0.7) < 0.03  # 3 sd of a binomial share at n=4000 is 0.022
@@ -290,7 +291,22 @@ def test_local_sampled_pass_is_seeded_per_item(local_judge):
         assert v.label == ("ham", "spam")[draw_label([probs["ham"], probs["spam"]], item_uniform(11, ex.id))]
 
 
-def test_local_generate_returns_text(local_judge):
-    text = local_judge.generate([{"role": "user", "content": "hi"}], max_new_tokens=4)
+def test_local_generate_is_greedy_at_temperature_zero(local_judge):
+    import torch
+
+    from labelrl.data.prompts import render_prompt
+
+    messages = [{"role": "user", "content": "hi"}]
+    text = local_judge.generate(messages, max_new_tokens=4)
+    # greedy by hand: the most probable next token, four times (or until the end token)
+    tokenizer, model = local_judge.tokenizer, local_judge.model
+    ids = tokenizer(render_prompt(tokenizer, messages), add_special_tokens=False, return_tensors="pt")["input_ids"]
+    start = ids.shape[1]
+    with torch.no_grad():
+        for _ in range(4):
+            token = model(input_ids=ids).logits[0, -1].argmax()
+            ids = torch.cat([ids, token.view(1, 1)], dim=1)
+            if int(token) == tokenizer.eos_token_id:
+                break
     assert isinstance(text, str)
-    assert local_judge.generate([{"role": "user", "content": "hi"}], max_new_tokens=4) == text  # greedy
+    assert text == tokenizer.decode(ids[0, start:], skip_special_tokens=True)

@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from labelrl.data import split as split_module
 from labelrl.data.split import (
     SPLIT_NAMES,
     group_key,
@@ -58,9 +59,10 @@ def test_no_normalised_group_straddles_two_splits():
     assert len(by_key) == 300 and all(len(names) == 1 for names in by_key.values())
 
 
-def test_same_seed_same_split_other_seed_other_split():
+def test_same_seed_same_split_other_seed_other_split(fresh_process):
     ds = with_near_duplicates()
-    assert make_splits(ds, seed=1) == make_splits(ds, seed=1)
+    # a second run, in another interpreter with another hash seed (group keys are strings)
+    assert fresh_process(make_splits, ds, seed=1) == make_splits(ds, seed=1)
     assert make_splits(ds, seed=1).ids != make_splits(ds, seed=2).ids
     # Row order does not matter: reversed rows give the same split as sets, same fingerprint.
     reversed_ds = Dataset(name="toy", examples=ds.examples[::-1], labels=LABELS)
@@ -118,10 +120,18 @@ def test_save_load_and_select(tmp_path):
         select(ds, splits, "test")
 
 
-def test_run_dir_refuses_splits_of_other_data_or_seed(tmp_path):
+def test_run_dir_refuses_splits_of_other_data_or_seed(tmp_path, monkeypatch):
     ds = with_near_duplicates()
     first = load_or_make_splits(ds, tmp_path, seed=0)
-    assert load_or_make_splits(ds, tmp_path, seed=0) == first  # reused, not remade
+    written = (tmp_path / "splits.json").stat().st_mtime_ns
+
+    def remade(*args, **kwargs):
+        raise AssertionError("make_splits called: the saved splits were not reused")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(split_module, "make_splits", remade)
+        assert load_or_make_splits(ds, tmp_path, seed=0) == first  # reused, not remade
+    assert (tmp_path / "splits.json").stat().st_mtime_ns == written  # nor rewritten
     other = make_splits(ds, seed=1)
     with pytest.raises(ValueError) as info:
         load_or_make_splits(ds, tmp_path, seed=1)

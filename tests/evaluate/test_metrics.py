@@ -155,11 +155,11 @@ def test_ordinal_grade_error_counts_unparsed_as_farthest():
     assert weighted["mean_abs_grade_error"][0] == pytest.approx(7 / 4)
 
 
-def test_bootstrap_is_seeded_and_brackets_the_estimate():
+def test_bootstrap_is_seeded_and_brackets_the_estimate(fresh_process):
     y, pred, score = random_binary(np.random.default_rng(4), n=400)
     enc = encode(y, pred, BINARY, score)
     a = bootstrap_intervals(enc, n_boot=300, seed=7)
-    b = bootstrap_intervals(enc, n_boot=300, seed=7)
+    b = fresh_process(bootstrap_intervals, enc, n_boot=300, seed=7)  # a second run, in another process
     c = bootstrap_intervals(enc, n_boot=300, seed=8)
     assert a == b and a != c
     point = point_metrics(enc)

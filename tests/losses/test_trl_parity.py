@@ -16,8 +16,9 @@ import torch
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # rollout_func is marked experimental
-trl = pytest.importorskip("trl")
-transformers = pytest.importorskip("transformers")
+# TRL is a declared dependency (the dev extra): a missing TRL fails these tests, it does not skip them.
+import transformers  # noqa: E402
+import trl  # noqa: E402
 
 from labelrl.advantages import compute_advantages  # noqa: E402
 from labelrl.losses import policy_loss  # noqa: E402

@@ -140,7 +140,8 @@ def test_model_dir_without_tokenizer_is_refused(tiny, tmp_path):
 def test_fingerprint_changes_with_any_value(tiny):
     model, _ = tiny
     base = model_fingerprint(model)
-    assert len(base) == 64 and base == model_fingerprint(model)
+    # a fresh load of the same weights, a separate object, has the same fingerprint
+    assert len(base) == 64 and model_fingerprint(load_model("tiny-random")[0]) == base
     param = model.model.layers[1].mlp.down_proj.weight
     original = param[3, 5].item()
     with torch.no_grad():

@@ -30,9 +30,12 @@ def records(run_dir: Path) -> list[dict]:
     dict(preset="grpo", lora=False),
     dict(preset="dapo", lora=True, temperature=0.8, top_k=20),  # dynamic sampling, LoRA, warped sampling
 ], ids=["grpo-full", "dapo-lora"])
-def test_same_seed_and_config_give_identical_runs(options, warm_model, toy_data, rl_config, tmp_path):
+def test_same_seed_and_config_give_identical_runs(options, warm_model, toy_data, rl_config, tmp_path,
+                                                  weights_changed, adapter_trained):
     a, b = tmp_path / "a", tmp_path / "b"
     run_rl(rl_config(warm_model, toy_data, a, **SMALL, **options))
+    # else equal weights below would prove nothing
+    adapter_trained(a) if options["lora"] else weights_changed(warm_model, a)
     run_rl(rl_config(warm_model, toy_data, b, **SMALL, **options))
     first = records(a)
     assert [r["step"] for r in first] == [1, 2]

@@ -348,8 +348,14 @@ class SimulatedKill(BaseException):
 SMALL_RL = dict(prompts_per_step=1, group_size=2, max_new_tokens=4, checkpoint_every=1)
 
 
-def test_rl_killed_before_its_first_checkpoint_can_be_resumed(warm_model, toy_data, rl_config, tmp_path, monkeypatch):
-    rl.run_rl(rl_config(warm_model, toy_data, tmp_path / "straight", steps=2, **SMALL_RL))
+def test_rl_killed_before_its_first_checkpoint_can_be_resumed(warm_model, toy_data, rl_config, tmp_path, monkeypatch,
+                                                              weights_changed):
+    # Random rewards over groups of 4: the warm start often answers a prompt the same way G
+    # times, so with real rewards both steps' groups can be uniform and train nothing, and
+    # equal weights below would prove nothing.
+    options = {**SMALL_RL, "group_size": 4, "random_reward": True}
+    rl.run_rl(rl_config(warm_model, toy_data, tmp_path / "straight", steps=2, **options))
+    weights_changed(warm_model, tmp_path / "straight")
     out = tmp_path / "killed"
 
     def killed(*args, **kwargs):
@@ -357,10 +363,10 @@ def test_rl_killed_before_its_first_checkpoint_can_be_resumed(warm_model, toy_da
 
     monkeypatch.setattr(rl, "save_checkpoint", killed)
     with pytest.raises(SimulatedKill):
-        rl.run_rl(rl_config(warm_model, toy_data, out, steps=2, **SMALL_RL))
+        rl.run_rl(rl_config(warm_model, toy_data, out, steps=2, **options))
     monkeypatch.undo()
     assert complete_lines(out / "metrics.jsonl") == 1 and latest_checkpoint(out) is None
-    rl.run_rl(rl_config(warm_model, toy_data, out, steps=2, resume=True, **SMALL_RL))
+    rl.run_rl(rl_config(warm_model, toy_data, out, steps=2, resume=True, **options))
     assert deterministic(read_jsonl(out / "metrics.jsonl")) == deterministic(read_jsonl(tmp_path / "straight" / "metrics.jsonl"))
     assert_same_weights(saved_weights(tmp_path / "straight" / "model"), saved_weights(out / "model"))
 

@@ -169,9 +169,9 @@ def test_completion_text_skips_non_assistant_messages():
 
 def test_trl_calculate_rewards_turns_none_into_nan():
     """Run TRL 1.16's own reward collection on a stub trainer: None must arrive as NaN."""
-    torch = pytest.importorskip("torch")
-    grpo = pytest.importorskip("trl.trainer.grpo_trainer")
+    import torch
     from accelerate import PartialState
+    from trl.trainer import grpo_trainer as grpo
 
     started_here = not PartialState._shared_state  # leave any state other tests set up alone
     PartialState(cpu=True)  # TRL's logger needs an initialised accelerate state

@@ -90,12 +90,31 @@ def test_shared_pass_matches_plain_pass_gradients(model):
     assert_same_grads(plain, shared)
 
 
-def test_shared_pass_with_gradient_checkpointing_still_matches(model):
-    plain = weighted_loss_grads(model, lambda: completion_logprobs(model, repeated_prompts(), COMPLETIONS, pad_token_id=0))
-    enable = getattr(model, "activation_checkpointing_enable", None) or model.gradient_checkpointing_enable
+def test_shared_pass_with_gradient_checkpointing_matches_the_pass_without(model):
+    # Two fresh models with the same weights, checkpointing on in one only.
+    checkpointed = tiny_llama().train()
+    enable = getattr(checkpointed, "activation_checkpointing_enable", None) or checkpointed.gradient_checkpointing_enable
     enable()
-    shared = weighted_loss_grads(model, lambda: completion_logprobs_shared(model, PROMPTS, COMPLETIONS, G, pad_token_id=0))
-    assert_same_grads(plain, shared)
+    assert all(torch.equal(a, b) for a, b in zip(model.parameters(), checkpointed.parameters()))
+
+    values, grads, calls, in_forward = {}, {}, {}, {}
+    for name, m in (("plain", model), ("checkpointed", checkpointed)):
+        calls[name] = []
+        m.model.layers[0].mlp.register_forward_pre_hook(lambda module, args, seen=calls[name]: seen.append(1))
+
+        def route(m=m, name=name):
+            values[name] = completion_logprobs_shared(m, PROMPTS, COMPLETIONS, G, pad_token_id=0)
+            in_forward[name] = len(calls[name])
+            return values[name]
+
+        grads[name] = weighted_loss_grads(m, route)
+
+    # checkpointing really ran: the checkpointed layer's MLP ran again in the backward pass
+    assert len(calls["checkpointed"]) > in_forward["checkpointed"]
+    assert len(calls["plain"]) == in_forward["plain"]
+    assert torch.equal(values["plain"][1], values["checkpointed"][1])
+    torch.testing.assert_close(values["checkpointed"][0], values["plain"][0], rtol=0, atol=1e-5)
+    assert_same_grads(grads["plain"], grads["checkpointed"])
 
 
 def test_shared_pass_on_a_lora_model():

@@ -121,19 +121,26 @@ def test_logprobs_are_the_temperature_one_policy(model):
 
 
 def test_same_seed_same_samples_and_generator_continues(model):
-    def run(**seeding):
-        return sample_groups(model, PROMPTS, group_size=3, max_new_tokens=6, eos_token_ids=[2],
+    def run(on=model, **seeding):
+        return sample_groups(on, PROMPTS, group_size=3, max_new_tokens=6, eos_token_ids=[2],
                              pad_token_id=0, **seeding).completion_ids
 
-    assert run(seed=11) == run(seed=11)
-    assert run(seed=11) != run(seed=12)
+    seeded = run(seed=11)
+    # A second run: a fresh model object with the same weights, the global RNG moved elsewhere
+    # in between; the samples must depend on the seed alone.
+    fresh = tiny_llama()
+    torch.manual_seed(987)
+    torch.rand(1000)
+    assert run(on=fresh, seed=11) == seeded
+    assert run(seed=12) != seeded
     stream = torch.Generator().manual_seed(11)
     first, second = run(generator=stream), run(generator=stream)
-    assert first == run(seed=11) and second != first  # the generator advanced
+    assert first == seeded and second != first  # the generator advanced
     torch.manual_seed(4)
     unseeded = run()
     torch.manual_seed(4)
-    assert run() == unseeded  # no seed: reproducible through torch.manual_seed
+    assert run(on=fresh) == unseeded  # no seed: reproducible through torch.manual_seed
+    assert run(on=fresh) != unseeded  # … and the global generator advanced
 
 
 def test_sampling_leaves_train_mode_and_dropout_state_as_found():

@@ -153,7 +153,11 @@ def test_with_prompt_seeds_a_prompts_samples_do_not_depend_on_its_batch(tiny, sa
 def test_sampling_seed_is_a_function_of_the_prompt_position_not_of_the_process():
     seeds = {parts.prompt_seed(0, step, r, p) for step in range(20) for r in range(3) for p in range(16)}
     assert len(seeds) == 20 * 3 * 16
-    assert parts.prompt_seed(7, 3, 1, 5) == parts.prompt_seed(7, 3, 1, 5)
+    # Pinned by hand: nothing of the process (rank, hash seed, RNG state) enters it.
+    # step_seed(7, 3, 1) = 7·1 000 003 + 3·1 009 + 1 = 7 003 049;
+    # 7 003 049·1 000 033 + 5 = 7 003 280 100 622 = 3261·(2³¹ − 1) + 335 927 755
+    assert parts.prompt_seed(7, 3, 1, 5) == 335_927_755
+    assert parts.prompt_seed(0, 0, 0, 3) == 3  # step_seed(0, 0, 0) = 0, then + position
 
 
 def test_random_control_rewards_are_drawn_per_round_and_read_per_process():
@@ -184,7 +188,7 @@ def _rl_config(data: Path, **overrides) -> dict:
     # dynamic sampling gathers several rounds; LoRA; token_mean with the clipped surrogate
     dict(preset="dapo", lora=True, steps=2, learning_rate=2e-3),
 ], ids=["grpo-full", "dapo-lora"])
-def test_rl_on_two_processes_equals_one_process(options, toy_data, tmp_path):
+def test_rl_on_two_processes_equals_one_process(options, toy_data, tmp_path, weights_changed, adapter_trained):
     from labelrl.train.config import RLConfig
     from labelrl.train.rl import run_rl
 
@@ -196,6 +200,8 @@ def test_rl_on_two_processes_equals_one_process(options, toy_data, tmp_path):
     assert [r[K.STEP] for r in read_jsonl(two / "metrics.jsonl")] == [1]
     launch_two(tmp_path, "rl", config, two, "--resume")
 
+    # the runs trained (else equal weights would prove nothing), and agree
+    adapter_trained(two) if config["lora"] else weights_changed("tiny-random", two)
     assert_same_weights(tmp_path / "one", two)
     assert_same_records(read_jsonl(tmp_path / "one" / "metrics.jsonl"), read_jsonl(two / "metrics.jsonl"))
     single, double = read_rollouts(tmp_path / "one"), read_rollouts(two)
@@ -211,7 +217,7 @@ def test_rl_on_two_processes_equals_one_process(options, toy_data, tmp_path):
 
 
 @pytest.mark.slow
-def test_sft_on_two_processes_equals_one_process(toy_data, tmp_path):
+def test_sft_on_two_processes_equals_one_process(toy_data, tmp_path, weights_changed):
     from labelrl.train.config import SFTConfig
     from labelrl.train.sft import run_sft
 
@@ -219,6 +225,7 @@ def test_sft_on_two_processes_equals_one_process(toy_data, tmp_path):
                   eval_limit=8, learning_rate=3e-3, quiet=True)
     run_sft(SFTConfig(out=tmp_path / "one", **config))
     launch_two(tmp_path, "sft", config, tmp_path / "two")
+    weights_changed("tiny-random", tmp_path / "two")  # it trained: equal weights are not the start's
     assert_same_weights(tmp_path / "one", tmp_path / "two")
     one = read_jsonl(tmp_path / "one" / "sft_metrics.jsonl")
     two = read_jsonl(tmp_path / "two" / "sft_metrics.jsonl")

@@ -34,9 +34,10 @@ def _deterministic(records):
     return [{k: v for k, v in r.items() if k not in TIMING_KEYS} for r in records]
 
 
-def test_stopped_and_resumed_run_equals_an_uninterrupted_one(warm_model, toy_data, rl_config, tmp_path):
+def test_stopped_and_resumed_run_equals_an_uninterrupted_one(warm_model, toy_data, rl_config, tmp_path, weights_changed):
     options = dict(steps=4, prompts_per_step=2, group_size=4, max_new_tokens=8, checkpoint_every=1)
     rl.run_rl(rl_config(warm_model, toy_data, tmp_path / "straight", **options))
+    weights_changed(warm_model, tmp_path / "straight")  # else the equality below proves nothing
     first = rl.run_rl(rl_config(warm_model, toy_data, tmp_path / "resumed", stop_after=2, **options))
     assert first["steps_done"] == 2 and first["stopped_early"] and "model_dir" not in first
     rl.run_rl(rl_config(warm_model, toy_data, tmp_path / "resumed", resume=True, **options))
@@ -64,9 +65,19 @@ def test_resume_without_a_checkpoint_says_how_to_start(warm_model, toy_data, rl_
 
 
 def _batch_with_one_uniform_group(run):
-    """A real sampled batch whose rewards are set to: group 0 mixed, group 1 uniform."""
+    """A real sampled batch whose rewards are set to: group 0 mixed, group 1 uniform.
+
+    Group 0's completions are replaced by four different ones of different lengths: the warm
+    start often samples one answer G times, and identical completions with advantages that
+    sum to 0 have a zero on-policy gradient, which no denominator can get wrong.
+    """
     batch = rl.sample_groups_for_step(run)
     G = run.cfg.group_size
+    eos = run.tokenizer.eos_token_id
+    for j, text in enumerate(["yes", "no", "yes yes", "no no no"][:G]):
+        batch.completion_ids[j] = run.tokenizer.encode(text, add_special_tokens=False) + [eos]
+        batch.texts[j], batch.truncated[j] = text, False
+    batch.loss_mask[:G] = True
     rewards = torch.tensor([1.0, 0.0] * (G // 2) + [1.0] * G, dtype=torch.float64)
     batch.rewards = rewards
     batch.advantages = compute_advantages(rewards, G, run.algo.estimator, **run.algo.estimator_options)
@@ -74,9 +85,53 @@ def _batch_with_one_uniform_group(run):
     return batch
 
 
+def _trainable(run) -> dict[str, torch.Tensor]:
+    return {n: p.detach().clone() for n, p in run.model.named_parameters() if p.requires_grad}
+
+
+def _update_recording_gradients(run, batch, monkeypatch) -> tuple[dict, dict[str, torch.Tensor]]:
+    """``update_policy`` as it is, with the gradients recorded when they reach the clipping,
+    i.e. before the clip and before the optimizer step (Adam's first step is ≈ lr·sign(g)
+    and a clip to max_grad_norm rescales any gradient, so a wrong scale would not show in
+    the weights)."""
+    grads: dict[str, torch.Tensor] = {}
+    real_clip = run.accelerator.clip_grad_norm_
+
+    def recording_clip(parameters, max_norm):
+        grads.update({n: p.grad.detach().clone() for n, p in run.model.named_parameters() if p.grad is not None})
+        return real_clip(parameters, max_norm)
+
+    monkeypatch.setattr(run.accelerator, "clip_grad_norm_", recording_clip)
+    stats = rl.update_policy(run, batch)
+    return stats, grads
+
+
+def assert_same_gradients(skipped: dict[str, torch.Tensor], unskipped: dict[str, torch.Tensor]) -> None:
+    """Equal to float rounding: the kept group's rows are the same, only the padding width of
+    the forward pass differs."""
+    assert skipped.keys() == unskipped.keys() and skipped
+    for name, grad in unskipped.items():
+        scale = float(grad.abs().max())
+        torch.testing.assert_close(skipped[name], grad, rtol=1e-4, atol=1e-5 * max(scale, 1e-6),
+                                   msg=lambda detail, name=name: f"{name}: {detail}")
+
+
+def _whole_batch_counts_dropped(batch, groups, group_size):
+    """A deliberately wrong skip rule: no whole-batch counts, so the aggregation divides by the
+    rows actually forwarded, i.e. by the kept groups' sequences and tokens."""
+    return {}
+
+
+@pytest.mark.parametrize("denominator", ["whole_batch", "kept_groups_wrong"])
 @pytest.mark.parametrize("preset", ["grpo", "dr_grpo", "dapo"])
-def test_skip_rule_saves_token_passes_and_changes_nothing(preset, warm_model, toy_data, rl_config, tmp_path):
-    runs, stats = {}, {}
+def test_skip_rule_gives_the_gradient_of_the_whole_batch(preset, denominator, warm_model, toy_data, rl_config,
+                                                         tmp_path, monkeypatch):
+    """Skipping a uniform group before the pass leaves the gradient as it is over all groups.
+
+    The ``kept_groups_wrong`` case is the test of the test: with the whole batch's counts
+    dropped from the denominators, the comparison must fail (and by the expected factor).
+    """
+    runs, stats, grads = {}, {}, {}
     for skip in (True, False):
         # fp32: the claim is exact arithmetic. In bf16 the two passes (one group or two) have
         # different shapes, for which oneDNN picks different kernels, so they agree only to bf16
@@ -84,22 +139,42 @@ def test_skip_rule_saves_token_passes_and_changes_nothing(preset, warm_model, to
         cfg = rl_config(warm_model, toy_data, tmp_path / f"skip_{skip}", preset=preset, prompts_per_step=2,
                         group_size=4, skip_uninformative=skip, dynamic_sampling=False, precision="fp32")
         runs[skip] = rl.start_run(cfg)
-        # dapo's preset turns on dynamic sampling, whose batch is by definition the informative
-        # groups only (and whose rounds depend on what was sampled); here both runs train on the
-        # same batch of one sampling round.
+        # dapo's preset turns on dynamic sampling, whose batch is by definition the
+        # informative groups only; here both runs train on the same sampled batch.
         runs[skip].algo = dataclasses.replace(runs[skip].algo, dynamic_sampling=False)
     batch = _batch_with_one_uniform_group(runs[True])
     assert batch.informative.tolist() == [True, False]
+    if denominator == "kept_groups_wrong":
+        monkeypatch.setattr(rl.parts, "loss_normaliser", _whole_batch_counts_dropped)
     for skip, run in runs.items():
-        stats[skip] = rl.update_policy(run, batch)
+        before = _trainable(run)
+        stats[skip], grads[skip] = _update_recording_gradients(run, batch, monkeypatch)
+        # the update happened: some trainable weight moved
+        after = _trainable(run)
+        assert any(not torch.equal(after[n], before[n]) for n in before), f"skip={skip}: no weight changed"
+    # Group 0's rewards 1,0,1,0 make its advantages ±a: the on-policy loss is ≈ 0 (the
+    # advantages sum to 0), but its gradient Σ_i A_i ∇log π(o_i) is not (the o_i differ).
+    norm = torch.linalg.vector_norm(torch.stack([g.norm() for g in grads[False].values()]))
+    assert norm > 1e-3
     # the uniform group costs nothing with the skip rule, G×(prompt+completion) without it
     assert stats[True][K.SKIPPED] == 1 and stats[False][K.SKIPPED] == 0
     assert stats[True]["train/token_passes"] < stats[False]["train/token_passes"]
     assert stats[True][K.TOKEN_PASSES_SAVED] > stats[False][K.TOKEN_PASSES_SAVED]
-    assert stats[True][K.LOSS] == pytest.approx(stats[False][K.LOSS], abs=1e-6)
-    skipped_params = dict(runs[True].model.named_parameters())
-    for name, param in runs[False].model.named_parameters():
-        torch.testing.assert_close(param, skipped_params[name], rtol=1e-5, atol=1e-6)
+    if denominator == "whole_batch":
+        assert_same_gradients(grads[True], grads[False])
+        assert stats[True][K.GRAD_NORM] == pytest.approx(stats[False][K.GRAD_NORM], rel=1e-4)
+        return
+    with pytest.raises(AssertionError):
+        assert_same_gradients(grads[True], grads[False])
+    # The skipped pass divided by the kept group's counts, the unskipped one by both groups':
+    # its gradient is larger by whole/kept — 8/4 = 2 sequences (grpo, dr_grpo), or the token
+    # counts' ratio (dapo's token_mean).
+    G = 4
+    lengths = [len(c) for c in batch.completion_ids]
+    mask = batch.loss_mask.tolist()
+    tokens = [n if m else 0 for n, m in zip(lengths, mask)]
+    expected = 2.0 if preset != "dapo" else sum(tokens) / sum(tokens[:G])
+    assert stats[True][K.GRAD_NORM] / stats[False][K.GRAD_NORM] == pytest.approx(expected, rel=1e-3)
 
 
 def test_run_files_follow_their_documented_schemas(warm_model, toy_data, rl_config, tmp_path):

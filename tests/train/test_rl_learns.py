@@ -25,9 +25,11 @@ CORPO = dict(learning_rate=1e-3, steps=50, threshold=0.5)
     ("corpo", CORPO, "bf16"),
     pytest.param("corpo", CORPO, "fp32", marks=pytest.mark.slow),
 ])
-def test_reward_rises_from_chance_to_at_least_0_9(preset, options, precision, warm_model, toy_data, rl_config, tmp_path):
+def test_reward_rises_from_chance_to_at_least_0_9(preset, options, precision, warm_model, toy_data, rl_config, tmp_path,
+                                                  weights_changed):
     summary = run_rl(rl_config(warm_model, toy_data, tmp_path / preset, preset=preset, precision=precision, **options))
     assert summary["precision"] == precision
+    weights_changed(warm_model, tmp_path / preset)
     rewards = [r[K.REWARD_MEAN] for r in read_jsonl(tmp_path / preset / "metrics.jsonl")]
     assert summary["steps_done"] == options["steps"]
     # the warm start answers the RL words at chance (0.5 with some format failures)

@@ -114,6 +114,4 @@ class RLConfig(DataOptions, ModelOptions):
                 "backend='vllm' needs the vllm package, which is not installed: pip install 'labelrl[vllm]' "
                 "on a machine with a CUDA GPU, or use --backend labelrl"
             )
-        if self.ppo_epochs == 1 and self.surrogate == "clip":
-            pass  # allowed: with one on-policy pass the ratio is 1 and clipping is inactive
         return self
