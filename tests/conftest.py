@@ -15,10 +15,12 @@ label from the reward alone.
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import pickle
 import random
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -31,6 +33,7 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 # The shared holdout ledgers (labelrl.evaluate.ledger) live outside run directories; tests must
 # neither read nor write the user's. A suite-wide folder here, and a fresh one per test below.
 os.environ["LABELRL_LEDGER_DIR"] = tempfile.mkdtemp(prefix="labelrl-test-ledgers-")
+atexit.register(shutil.rmtree, os.environ["LABELRL_LEDGER_DIR"], ignore_errors=True)
 
 if os.environ.get("PYTEST_XDIST_WORKER"):
     import torch

@@ -4,7 +4,7 @@ holdout metrics, and the report needs no network.
 
 The recipe is used as it is; ``--set`` only shrinks its budgets (steps, items scored, bootstrap
 draws), so every arm type, the audits, the ledger, the out-of-domain scoring, the sweep and the
-report run as in `make demo`. The full-scale demo (40 SFT steps, 12 RL steps, 128 holdout items
+report run as in `make demo`. The full-scale demo (40 SFT steps, 24 RL steps, 128 holdout items
 per arm; ~15 minutes on 2 cores) does not fit CI's hour next to the rest of the slow suite: its
 numbers are `make demo`'s, not this test's, and nothing here asserts an accuracy.
 """
