@@ -8,6 +8,7 @@ import pytest
 
 from labelrl.audit.judges import JudgeSpec, load_judge
 from labelrl.data.load import load_dataset
+from labelrl.data.sample import sample_examples
 from labelrl.data.split import load_or_make_splits, select
 from labelrl.distill.reject import survival_summary
 from labelrl.distill.teacher import distill_paths, run_distill
@@ -20,7 +21,8 @@ from labelrl.train.sft import run_sft
 @pytest.mark.slow
 def test_smollm2_teacher_then_cot_sft_then_rl(tmp_path):
     dataset = load_dataset("sms-spam")
-    train = select(dataset, load_or_make_splits(dataset, tmp_path / "run"), "train")[:3]
+    splits = load_or_make_splits(dataset, tmp_path / "run")
+    train = sample_examples(select(dataset, splits, "train"), 3, splits.seed)  # what SFT's limit=3 draws
     teacher = load_judge(JudgeSpec("smollm2-135m-instruct", flag="--teacher"), dataset.labels, None)
     paths = distill_paths(tmp_path / "traces.jsonl")
     records = run_distill(train, dataset.labels, None, teacher, paths, attempts=2, max_new_tokens=48, temperature=0.7)
