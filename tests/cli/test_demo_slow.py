@@ -31,7 +31,7 @@ SMALL = [
 
 def _task_section(md: str, task: str) -> str:
     """The comparison table of one task in section 1 of report.md."""
-    start = md.index(f"### Task {task}")
+    start = md.index(f"### Task {task}", md.index("## 1. Comparison table"))  # every section has one per task
     ends = [i for i in (md.find("\n### ", start + 1), md.find("\n## ", start + 1)) if i != -1]
     return md[start:min(ends)]
 
