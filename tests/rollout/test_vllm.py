@@ -24,6 +24,21 @@ EOS = 2
 HAS_VLLM = importlib.util.find_spec("vllm") is not None
 
 
+@pytest.fixture(autouse=True)
+def _launcher_env_restored():
+    """The sampler sets RANK, WORLD_SIZE, … for vLLM's external launcher (ensure_launcher_env);
+    left behind, they make accelerate in a later test of the same worker wait on a process
+    group that does not exist."""
+    keys = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+    saved = {key: os.environ.get(key) for key in keys}
+    yield
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+
+
 def completion(index: int, tokens: list[int], logprobs: list[float], *, decoys: bool = True):
     """A CompletionOutput-shaped object; each position's dict also holds a decoy token, as
     vLLM's does when more than the sampled token is asked for."""

@@ -175,10 +175,44 @@ def fp32_attention(device: torch.device, dtype: torch.dtype) -> Iterator[None]:
             local["sdpa"] = previous
 
 
+def _adapted_base_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
+    """The frozen base projections of a peft LoRA model (modules with ``lora_A`` and ``base_layer``),
+    listed once per model."""
+    inner = getattr(model, "module", model)
+    cached = inner.__dict__.get("_labelrl_adapted_bases")
+    if cached is None:
+        cached = [m.base_layer for m in inner.modules() if hasattr(m, "lora_A") and hasattr(m, "base_layer")]
+        inner.__dict__["_labelrl_adapted_bases"] = cached
+    return cached
+
+
+@contextlib.contextmanager
+def fp32_adapter_sum(model: torch.nn.Module, dtype: torch.dtype) -> Iterator[None]:
+    """Within the block, a LoRA projection adds its low-rank update to the base output in fp32.
+
+    peft computes ``base(x) + B(A(x))·s`` and keeps the base output's dtype. Under bf16 autocast
+    that sum is bf16 (8 significant bits), so an update smaller than about 1/256 of the base
+    output (every update early in training: B starts at zero) is rounded away in the forward
+    pass, and the loss does not see what the adapter learned. Measured on SmolLM2 + LoRA r=16,
+    sms-spam, 40 SFT steps: training loss 1.26 vs 1.00 at step 4 and val balanced accuracy 0.50
+    vs 0.90 at step 40 against fp32. The base output is cast up (a forward hook), the matrix
+    products stay bf16. No-op for fp32 and for models without adapters."""
+    import torch
+
+    bases = _adapted_base_layers(model) if dtype != torch.float32 else []
+    handles = [base.register_forward_hook(lambda _m, _i, out: out.float()) for base in bases]
+    try:
+        yield
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
 @contextlib.contextmanager
 def compute(model: torch.nn.Module, dtype: torch.dtype) -> Iterator[None]:
-    """``autocast`` on the model's device, ``fp32_output_head`` and ``fp32_attention``: how
-    every forward pass of a trainer, sampler or scorer runs at ``dtype``."""
+    """``autocast`` on the model's device, ``fp32_output_head``, ``fp32_attention`` and
+    ``fp32_adapter_sum``: how every forward pass of a trainer, sampler or scorer runs at ``dtype``."""
     device = next(getattr(model, "module", model).parameters()).device
-    with autocast(dtype, device), fp32_output_head(model, dtype), fp32_attention(device, dtype):
+    with (autocast(dtype, device), fp32_output_head(model, dtype), fp32_attention(device, dtype),
+          fp32_adapter_sum(model, dtype)):
         yield
