@@ -209,6 +209,16 @@ def fp32_adapter_sum(model: torch.nn.Module, dtype: torch.dtype) -> Iterator[Non
 
 
 @contextlib.contextmanager
+def recompute_patches(model: torch.nn.Module, dtype: torch.dtype) -> Iterator[None]:
+    """``fp32_attention`` and ``fp32_adapter_sum`` without autocast: what activation
+    checkpointing must enter again when it recomputes a layer in the backward pass (torch
+    restores the autocast state itself)."""
+    device = next(getattr(model, "module", model).parameters()).device
+    with fp32_attention(device, dtype), fp32_adapter_sum(model, dtype):
+        yield
+
+
+@contextlib.contextmanager
 def compute(model: torch.nn.Module, dtype: torch.dtype) -> Iterator[None]:
     """``autocast`` on the model's device, ``fp32_output_head``, ``fp32_attention`` and
     ``fp32_adapter_sum``: how every forward pass of a trainer, sampler or scorer runs at ``dtype``."""

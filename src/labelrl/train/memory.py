@@ -154,11 +154,24 @@ def plan_memory(model, dtype: torch.dtype, *, tokens: int, tokens_checkpointed: 
                       tokens=tokens, fits=budget is None or peak <= budget)
 
 
-def set_checkpointing(model, on: bool) -> None:
-    """Turn activation checkpointing on (non-reentrant, so frozen inputs need no grad) or off."""
+def set_checkpointing(model, on: bool, dtype: torch.dtype | None = None) -> None:
+    """Turn activation checkpointing on (non-reentrant, so frozen inputs need no grad) or off.
+
+    The backward pass recomputes each layer outside the trainer's ``compute`` block. torch
+    restores autocast there itself, but not labelrl's fp32 attention and fp32 adapter sums,
+    so for a ``dtype`` other than fp32 the recomputation enters them again (``context_fn``):
+    else it computes those tensors in bf16 where the forward pass saved fp32, and torch
+    refuses the mismatch."""
+    import contextlib
+
+    from labelrl.models.precision import recompute_patches
+
     name = "activation_checkpointing" if hasattr(model, "activation_checkpointing_enable") else "gradient_checkpointing"
     if on:
-        getattr(model, f"{name}_enable")(**({f"{name}_kwargs": {"use_reentrant": False}}))
+        options: dict = {"use_reentrant": False}
+        if dtype is not None and dtype != torch.float32:
+            options["context_fn"] = lambda: (contextlib.nullcontext(), recompute_patches(model, dtype))
+        getattr(model, f"{name}_enable")(**({f"{name}_kwargs": options}))
     elif hasattr(model, f"{name}_disable"):
         getattr(model, f"{name}_disable")()
 

@@ -120,7 +120,7 @@ def start_run(cfg: RLConfig, accelerator=None) -> RLRun:
     preflight(model, train_prompts, cfg.max_new_tokens, run_dir, checkpoints=KEEP_LAST + 1)
     dtype = compute_dtype(cfg, accelerator)
     memory = parts.plan_rl_memory(cfg, model, dtype, train_prompts, share)
-    set_checkpointing(model, memory.gradient_checkpointing)
+    set_checkpointing(model, memory.gradient_checkpointing, dtype)
     if main:
         report_memory_plan(memory, cfg.quiet)
     optimizer, scheduler = make_optimizer(model, cfg, cfg.steps)

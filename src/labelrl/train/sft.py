@@ -226,7 +226,7 @@ def start_sft(cfg: SFTConfig, accelerator) -> SFTRun:
     pad, dtype = pad_id(tokenizer), compute_dtype(cfg, accelerator)
     run = SFTRun(cfg, accelerator, run_dir, data, model, tokenizer, None, None, items, total, share, pad, dtype, None)
     run.memory = plan_sft_memory(run)
-    set_checkpointing(model, run.memory.gradient_checkpointing)
+    set_checkpointing(model, run.memory.gradient_checkpointing, dtype)
     if main:
         report_memory_plan(run.memory, cfg.quiet)
     optimizer, run.scheduler = make_optimizer(model, cfg, total)
