@@ -3,7 +3,9 @@ planned from the budget (or forced), cuts what is saved, and leaves the training
 
 from __future__ import annotations
 
+import gc
 import json
+import weakref
 
 import pytest
 import torch
@@ -32,6 +34,18 @@ def test_probe_line_predicts_the_saved_activations_of_a_longer_batch():
     measured = saved_bytes_of_training_forward(model, 400)  # 6× the longer probe
     predicted = M.activation_bytes(cost, 400, model, checkpointing=False)
     assert predicted == pytest.approx(measured, rel=0.05)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_the_probe_keeps_no_weight_alive(dtype):
+    # A ladder probes every arm's model in one process: a graph left behind by the probe kept a
+    # whole model's weights per arm (about 1 GB per SmolLM2 arm).
+    model = tiny_llama()
+    M.probe_activations(model, dtype)
+    weight = weakref.ref(model.model.layers[0].mlp.up_proj.weight)
+    del model
+    gc.collect()
+    assert weight() is None
 
 
 def test_checkpointing_cuts_the_saved_activations():

@@ -96,7 +96,11 @@ def _saved_bytes(model, length: int, dtype: torch.dtype, device: torch.device) -
         storage = tensor.untyped_storage()
         if storage.data_ptr() not in params:
             seen[storage.data_ptr()] = storage.nbytes()
-        return tensor
+        # The storage is kept (as the forward pass would keep it, so no address is reused and
+        # counted twice), through a detached view: returning the tensor itself closes a cycle
+        # (tensor → its grad_fn → the saved tensor) that Python's collector cannot see, and the
+        # graph, with every weight it saved, outlived the model.
+        return tensor.detach()
 
     ids = torch.arange(3, 3 + length, device=device)[None] % model.config.vocab_size
     with torch.enable_grad(), torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), compute(model, dtype):
