@@ -234,3 +234,19 @@ def test_report_has_every_section_built_from_the_files(ladder_run, tmp_path):
     assert "sft_short" in md and "max_length" in md.replace("--max-length", "max_length")  # the failed arm and its error
     assert not re.search(r"""(src|href)=["']https?://""", html)  # nothing fetched from the network
     assert all(src.startswith("data:image/") for src in re.findall(r'<img[^>]*src="([^"]+)"', html))
+
+
+def test_a_failed_arm_fixed_and_rerun_leaves_no_trace_of_the_failure(tmp_path):
+    data = write(tmp_path / "toy.jsonl", toy_rows())
+    raw = toy_recipe(data, None)
+    task = raw["tasks"]["toy"]
+    task.pop("rubric")
+    task["eval_label_cols"] = ["label_clean"]
+    task["arms"] = {"sft_short": {"type": "sft", "max_length": 16}}
+    first = Ladder(load_recipe(write(tmp_path / "r1.yaml", raw)), tmp_path / "run", Console(quiet=True)).run()
+    arm_dir = tmp_path / "run" / "toy" / "sft_short"
+    assert first["tasks"]["toy"]["arms"]["sft_short"]["status"] == "failed" and (arm_dir / "error.txt").is_file()
+    task["arms"]["sft_short"]["max_length"] = 256
+    again = Ladder(load_recipe(write(tmp_path / "r2.yaml", raw)), tmp_path / "run", Console(quiet=True)).run()
+    arm = again["tasks"]["toy"]["arms"]["sft_short"]
+    assert arm["status"] == "done" and "error" not in arm and not (arm_dir / "error.txt").exists()

@@ -104,6 +104,8 @@ class Ladder:
         try:
             self._train_and_evaluate(task, self.run_dir / task_name, arm_name, arm.type, cfg, st)
             st["status"] = "done"
+            st.pop("error", None)  # a rerun that succeeds leaves no trace of an earlier failure
+            (self.run_dir / task_name / arm_name / "error.txt").unlink(missing_ok=True)
         except LadderStopped:
             st["seconds"] = st.get("seconds", 0.0) + time.monotonic() - start
             self.save()

@@ -34,7 +34,8 @@ FRACTION = "(fraction, 0–1)"
 def save_figure(fig: Figure, path: str | Path) -> bytes:
     """Write ``fig`` as a PNG at ``path`` (atomically), close it, and return the PNG bytes."""
     buffer = io.BytesIO()
-    fig.tight_layout()
+    if fig.get_layout_engine() is None:  # a figure with its own layout (constrained) keeps it
+        fig.tight_layout()
     fig.savefig(buffer, format="png", dpi=DPI)
     plt.close(fig)
     data = buffer.getvalue()
@@ -350,7 +351,7 @@ def residue_figure(arm: str, residue: dict) -> Figure:
 def think_tax_figure(arm: str, tax: dict) -> Figure:
     """Among finished rollouts, mean reward (left) and think closure (right) by reasoning length,
     in the early and late windows of steps; the capped rollouts' closure rate in the titles."""
-    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.6))
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.0), layout="constrained")
     for i, (name, w) in enumerate(tax["windows"].items()):
         mids = [(b["lo"] + b["hi"]) / 2 for b in w["buckets"] if b["n"]]
         label = f"{name} steps {w['steps'][0]}–{w['steps'][1]} (n={w['n_finished']})"
@@ -359,9 +360,11 @@ def think_tax_figure(arm: str, tax: dict) -> Figure:
     capped = ", ".join(f"{name} {w['capped_think_closed_rate']:.2f} of {w['n_capped']}"
                        for name, w in tax["windows"].items() if w["capped_think_closed_rate"] is not None)
     unit = "reasoning length before </think> (characters)"
-    left.set(xlabel=unit, ylabel="mean reward of finished rollouts (reward units)", title=f"{arm}: reward by reasoning length")
+    fig.suptitle(f"{arm}: finished rollouts by reasoning length, early and late steps")
+    left.set(xlabel=unit, ylabel="mean reward of finished rollouts (reward units)", title="reward")
+    # the capped rollouts' closure, one line per window, so a long title never runs into the left panel's
     right.set(xlabel=unit, ylabel=f"think closure of finished rollouts {FRACTION}", ylim=(-0.02, 1.02),
-              title=f"{arm}: closure" + (f" (capped rollouts closed: {capped})" if capped else ""))
+              title="think closure" + (f"\ncapped rollouts closed: {capped}" if capped else ""))
     _legend(left)
     _legend(right)
     return fig
