@@ -7,8 +7,9 @@ which a command that only reads judges (or ``labelrl --help``) should not pay fo
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from labelrl.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from labelrl.audit.duplicates import DuplicateGroup, find_duplicate_groups
@@ -32,12 +33,4 @@ _WHERE = {
 }
 __all__ = sorted(_WHERE)
 
-
-def __getattr__(name: str) -> Any:
-    if name in _WHERE:
-        return getattr(importlib.import_module(f"labelrl.audit.{_WHERE[name]}"), name)
-    raise AttributeError(f"module 'labelrl.audit' has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *__all__])
+__getattr__, __dir__ = lazy_exports(__name__, _WHERE, globals())

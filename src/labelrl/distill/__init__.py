@@ -7,8 +7,9 @@ evaluation metrics (scikit-learn) through ``compare``.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from labelrl.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from labelrl.distill.compare import compare_models, regressions
@@ -28,12 +29,4 @@ _WHERE = {
 }
 __all__ = sorted(_WHERE)
 
-
-def __getattr__(name: str) -> Any:
-    if name in _WHERE:
-        return getattr(importlib.import_module(f"labelrl.distill.{_WHERE[name]}"), name)
-    raise AttributeError(f"module 'labelrl.distill' has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *__all__])
+__getattr__, __dir__ = lazy_exports(__name__, _WHERE, globals())

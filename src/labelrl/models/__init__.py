@@ -7,20 +7,14 @@ lists commands) does not pay for importing torch and transformers.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from labelrl.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from labelrl.models.load import BUILTIN_MODELS, load_model, load_tokenizer, model_fingerprint
 
-__all__ = ["BUILTIN_MODELS", "load_model", "load_tokenizer", "model_fingerprint"]
+_WHERE = dict.fromkeys(["BUILTIN_MODELS", "load_model", "load_tokenizer", "model_fingerprint"], "load")
+__all__ = sorted(_WHERE)
 
-
-def __getattr__(name: str) -> Any:
-    if name in __all__:
-        return getattr(importlib.import_module("labelrl.models.load"), name)
-    raise AttributeError(f"module 'labelrl.models' has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *__all__])
+__getattr__, __dir__ = lazy_exports(__name__, _WHERE, globals())

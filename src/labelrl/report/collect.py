@@ -32,7 +32,7 @@ import pyarrow.parquet as pq
 from labelrl import metrics_keys as K
 from labelrl.evaluate.ledger import summary_metrics
 from labelrl.fileio import read_jsonl
-from labelrl.report.rollout_stats import recall_per_step, residue_drift, think_length_tax
+from labelrl.report.rollout_stats import graded_rollouts, recall_per_step, residue_drift, think_length_tax
 from labelrl.types import canonical_label
 
 LADDER_FILE = "ladder.json"
@@ -168,10 +168,7 @@ def rollout_step_stats(table: pa.Table) -> list[dict]:
     """Per step: ``{"step", "n", "accuracy", "balanced_accuracy"}`` of the rollouts (module docstring)."""
     if table.num_rows == 0:
         return []
-    steps = np.asarray(table.column("step").to_pylist(), dtype=np.int64)
-    labels = np.array([canonical_label(v) for v in table.column("label").to_pylist()], dtype=object)
-    answers = table.column("answer").to_pylist()
-    correct = np.array([a is not None and canonical_label(a) == t for a, t in zip(answers, labels)])
+    steps, labels, correct = graded_rollouts(table)
     out = []
     for step in np.unique(steps):
         mask = steps == step

@@ -62,11 +62,16 @@ def render_png(make: Callable[[], Figure], path: str | Path) -> bytes:
     return save_figure(fig, path)
 
 
+def known(pairs) -> tuple[list[float], list[float]]:
+    """(x, y) of the (x, y) pairs whose y is not None."""
+    points = [(x, y) for x, y in pairs if y is not None]
+    return [p[0] for p in points], [p[1] for p in points]
+
+
 def series(records: Sequence[dict], key: str, x_key: str = K.STEP) -> tuple[list[float], list[float]]:
     """(x, y) of the records holding a numeric ``key``; others are left out."""
-    points = [(r[x_key], r[key]) for r in records
-              if isinstance(r.get(key), (int, float)) and isinstance(r.get(x_key), (int, float))]
-    return [p[0] for p in points], [p[1] for p in points]
+    return known((r[x_key], r[key]) for r in records
+                 if isinstance(r.get(key), (int, float)) and isinstance(r.get(x_key), (int, float)))
 
 
 def _line(ax, x, y, **kwargs) -> None:
@@ -323,8 +328,7 @@ def recall_figure(arm: str, recall_steps: Sequence[dict], labels: Sequence[str])
     """Per step, the recall of each reference label among the rollouts (the recall drift)."""
     fig, ax = plt.subplots(figsize=(6.5, 3.8))
     for i, label in enumerate(labels):
-        points = [(r["step"], r["recall"].get(label)) for r in recall_steps if r["recall"].get(label) is not None]
-        _line(ax, [p[0] for p in points], [p[1] for p in points], color=f"C{i}", label=f"label {label}")
+        _line(ax, *known((r["step"], r["recall"].get(label)) for r in recall_steps), color=f"C{i}", label=f"label {label}")
     ax.set(xlabel=STEP_LABEL, ylabel=f"rollouts answered with their label {FRACTION}",
            title=f"{arm}: recall per label of the rollouts", ylim=(-0.02, 1.02))
     _legend(ax)
@@ -337,8 +341,7 @@ def residue_figure(arm: str, residue: dict) -> Figure:
     ambiguity, against that share in the training sample (dashed)."""
     fig, ax = plt.subplots(figsize=(6.5, 3.8))
     for i, (kind, r) in enumerate(residue["kinds"].items()):
-        points = [(s, v) for s, v in zip(residue["steps"], r["per_step"]) if v is not None]
-        _line(ax, [p[0] for p in points], [p[1] for p in points], color=f"C{i}", label=f"{kind}: informative groups")
+        _line(ax, *known(zip(residue["steps"], r["per_step"])), color=f"C{i}", label=f"{kind}: informative groups")
         if r.get("data_share") is not None:
             ax.axhline(r["data_share"], color=f"C{i}", linestyle="--", linewidth=1, label=f"{kind}: training sample")
     ax.set(xlabel=STEP_LABEL, ylabel=f"share of groups trained on {FRACTION}",

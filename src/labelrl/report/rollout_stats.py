@@ -30,12 +30,17 @@ TAX_BUCKETS = 6
 TAX_WINDOW = 0.25  # share of the steps in each window
 
 
-def recall_per_step(table: pa.Table, labels: list[str]) -> list[dict]:
-    """``[{"step", "recall": {label: share or None}}]`` (module docstring)."""
+def graded_rollouts(table: pa.Table) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per rollout: its step, its item's canonical label, and whether its answer is that label."""
     steps = np.asarray(table.column("step").to_pylist(), dtype=np.int64)
     truth = np.array([canonical_label(v) for v in table.column("label").to_pylist()], dtype=object)
     answers = table.column("answer").to_pylist()
-    right = np.array([a is not None and canonical_label(a) == t for a, t in zip(answers, truth)])
+    return steps, truth, np.array([a is not None and canonical_label(a) == t for a, t in zip(answers, truth)])
+
+
+def recall_per_step(table: pa.Table, labels: list[str]) -> list[dict]:
+    """``[{"step", "recall": {label: share or None}}]`` (module docstring)."""
+    steps, truth, right = graded_rollouts(table)
     out = []
     for step in np.unique(steps):
         at = steps == step
