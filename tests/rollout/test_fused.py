@@ -13,7 +13,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 from labelrl.models.precision import compute
 from labelrl.rollout import sample_groups
 from labelrl.rollout.fast_decode import FastLlamaDecoder, clear_fused_cache, fuse_llama
-from labelrl.rollout.fused import _CACHE, base_model
+from labelrl.rollout.fused import _CACHE, _mkldnn_linear_available, base_model
 from labelrl.rollout.sampler import HFStepper, _prefill
 
 PROMPTS = [[1, 5, 6, 7, 8, 9, 10], [1, 20, 21], [1, 30, 31, 32, 33]]
@@ -138,7 +138,12 @@ def test_bf16_decode_computes_what_bf16_autocast_computes():
     model = tiny_llama()
     fast16, stepper = step_logits(model, torch.bfloat16, fast=True)
     assert isinstance(stepper, FastLlamaDecoder)
-    assert stepper.w.dtype == torch.bfloat16 and stepper.w.layers[0].qkv.base.packed.dtype == torch.bfloat16
+    qkv = stepper.w.layers[0].qkv.base
+    assert stepper.w.dtype == torch.bfloat16
+    if _mkldnn_linear_available(torch.zeros(1, dtype=torch.bfloat16)):
+        assert qkv.packed.dtype == torch.bfloat16  # oneDNN's blocked bf16 copy
+    else:  # no native bf16 matrix products on this CPU: F.linear on the bf16 weight
+        assert qkv.packed is None and qkv.weight.dtype == torch.bfloat16
     assert stepper.keys[0].dtype == torch.float32  # attention and its cache stay fp32, as in the training pass
     assert all(logits.dtype == torch.float32 for logits in fast16)
     hf16, hf_stepper = step_logits(model, torch.bfloat16, fast=False)
