@@ -59,7 +59,7 @@ def test_importing_forces_offline_mode():
 
 
 def test_builtin_names_are_described():
-    assert set(BUILTIN_MODELS) == {"smollm2-135m-instruct", "tiny-random"}
+    assert set(BUILTIN_MODELS) == {"smollm2-135m-instruct", "tiny-random", "tiny-qwen2", "tiny-qwen3", "tiny-gemma3"}
     assert all(isinstance(text, str) and text for text in BUILTIN_MODELS.values())
 
 

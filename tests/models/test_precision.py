@@ -94,3 +94,55 @@ def test_nested_compute_blocks_restore_the_head_once():
 
 def test_precision_name_of_dtypes():
     assert P.precision_name(torch.float32) == "fp32" and P.precision_name(torch.bfloat16) == "bf16"
+
+
+# --- the same patches on the other built-in families ----------------------------------------
+
+@pytest.mark.parametrize("name", ["tiny-qwen2", "tiny-qwen3", "tiny-gemma3"])
+def test_bf16_patches_reach_every_family(name, monkeypatch):
+    """precision.py patches nothing Llama-specific: attention goes through transformers'
+    attention registry (every family's ``ALL_ATTENTION_FUNCTIONS``), the head is the model's
+    output embedding, LoRA sums are found by module attributes. Checked per family: every
+    layer's attention gets fp32 q/k/v (the sliding window still passed through), the logits
+    are the fp32 head of the fp32 final hidden states (then Gemma 3's soft-cap), and a LoRA
+    projection's base output is fp32."""
+    import transformers.integrations.sdpa_attention as sdpa
+    from peft import LoraConfig, get_peft_model
+
+    from labelrl.models import load_model
+
+    model = load_model(name)[0]
+    calls = []
+    real = sdpa.sdpa_attention_forward
+
+    def recording(module, query, key, value, attention_mask, **kwargs):
+        calls.append((query.dtype, key.dtype, value.dtype, kwargs.get("sliding_window")))
+        return real(module, query, key, value, attention_mask, **kwargs)
+
+    monkeypatch.setattr(sdpa, "sdpa_attention_forward", recording)  # precision.fp32_attention calls it by name
+    ids = torch.randint(3, 40000, (2, 9), generator=torch.Generator().manual_seed(0))
+    seen, handle = _final_hidden(model)
+    with torch.no_grad(), P.compute(model, torch.bfloat16):
+        logits = model(input_ids=ids).logits
+    handle.remove()
+    assert [c[:3] for c in calls] == [(torch.float32,) * 3] * model.config.num_hidden_layers
+    windows = [getattr(layer.self_attn, "sliding_window", None) for layer in model.model.layers]
+    assert [c[3] for c in calls] == windows and (name != "tiny-gemma3" or windows == [4, None])
+    hidden = seen["h"]
+    assert hidden.dtype == torch.float32 and logits.dtype == torch.float32
+    expected = hidden @ model.lm_head.weight.t()
+    if model.config.get_text_config().to_dict().get("final_logit_softcapping"):
+        cap = model.config.final_logit_softcapping
+        expected = torch.tanh(expected / cap) * cap
+    torch.testing.assert_close(logits, expected, atol=1e-5, rtol=0)
+
+    lora = get_peft_model(model, LoraConfig(r=4, lora_alpha=8, target_modules="all-linear"))
+    outputs = []
+    lora.base_model.model.model.layers[0].self_attn.v_proj.register_forward_hook(
+        lambda m, i, out: outputs.append(out.dtype))  # base(x) + B(A(x))·s, as peft returns it
+    with torch.no_grad():
+        with P.compute(lora, torch.bfloat16):
+            lora(input_ids=ids)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            lora(input_ids=ids)
+    assert outputs == [torch.float32, torch.bfloat16]  # the sum in fp32 under compute; plain autocast rounds it

@@ -1,6 +1,9 @@
-"""The fast Llama decode step computes what the Hugging Face forward computes: per-step logits
-to 1e-4, the same greedy completions as ``generate``, the same samples as the HF-forward path
-for the same seeds, LoRA folded exactly, and an honest fallback for models it does not cover."""
+"""The fast decode step computes what the Hugging Face forward computes: per-step logits to
+1e-4, the same greedy completions as ``generate``, the same samples as the HF-forward path for
+the same seeds, LoRA folded exactly, and an honest fallback for models it does not cover; for
+Llama and for the built-in Qwen2, Qwen3 and Gemma 3 models (q/k/v biases, q/k norms, Gemma's
+norms, scaled embeddings, GELU, query scale, soft-capped logits and a 4-token sliding window,
+shorter than every sequence here)."""
 
 from __future__ import annotations
 
@@ -14,12 +17,14 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 from transformers import LlamaConfig, LlamaForCausalLM  # noqa: E402
 
+from labelrl.models import load_model  # noqa: E402
 from labelrl.rollout import sample_groups  # noqa: E402
 from labelrl.rollout.fast_decode import FastLlamaDecoder, PackedLinear, fuse_llama, unsupported_reason  # noqa: E402
 from labelrl.rollout.sampler import HFStepper, _prefill, left_pad  # noqa: E402
 
 PROMPTS = [[1, 5, 6, 7, 8, 9, 10], [1, 20, 21], [1, 30, 31, 32, 33]]  # lengths 7, 3, 5: left padding
 ATOL = 1e-4
+FAMILIES = ["tiny-qwen2", "tiny-qwen3", "tiny-gemma3"]
 
 
 def tiny_llama(seed: int = 0, vocab: int = 512, **extra) -> LlamaForCausalLM:
@@ -32,9 +37,26 @@ def tiny_llama(seed: int = 0, vocab: int = 512, **extra) -> LlamaForCausalLM:
     return LlamaForCausalLM(config).eval()
 
 
+def tiny_gemma3(**extra):
+    """A 1-layer sliding-window Gemma 3 text model, for the configurations the fast path refuses."""
+    from transformers import Gemma3ForCausalLM, Gemma3TextConfig
+
+    torch.manual_seed(0)
+    config = Gemma3TextConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=1, num_attention_heads=4,
+                              num_key_value_heads=2, head_dim=16, vocab_size=512, sliding_window=4,
+                              layer_types=["sliding_attention"], initializer_range=0.2, **extra)
+    return Gemma3ForCausalLM(config).eval()
+
+
 @pytest.fixture(scope="module")
 def model():
     return tiny_llama()
+
+
+@pytest.fixture(scope="module", params=FAMILIES)
+def family(request):
+    """A built-in model of another family (Llama is ``model``)."""
+    return load_model(request.param)[0]
 
 
 def run(model, fast: bool, prompts=PROMPTS, **options):
@@ -58,6 +80,15 @@ def step_logits(model, prompts, group_size: int, tokens_per_step, keep_per_step,
 
 
 def test_step_logits_match_hf_stepper_and_unpadded_forward(model):
+    assert_step_logits_match(model)
+
+
+def test_family_step_logits_match_hf_stepper_and_unpadded_forward(family):
+    assert unsupported_reason(family) is None
+    assert_step_logits_match(family)
+
+
+def assert_step_logits_match(model):
     # 9 rows; after step 2 rows 1, 4, 5, 8 finish, after step 4 rows 0 and 6 do too
     steps = [torch.randint(3, 512, (9,), generator=torch.Generator().manual_seed(s)) for s in range(6)]
     keep = [None, None, torch.tensor([0, 2, 3, 6, 7]), None, torch.tensor([1, 2, 4]), None]
@@ -82,6 +113,14 @@ def test_step_logits_match_hf_stepper_and_unpadded_forward(model):
 
 
 def test_greedy_equals_hf_path_and_generate_with_rows_ending_apart(model):
+    assert_greedy_equals_generate(model)
+
+
+def test_family_greedy_equals_hf_path_and_generate_with_rows_ending_apart(family):
+    assert_greedy_equals_generate(family)
+
+
+def assert_greedy_equals_generate(model):
     free = run(model, fast=True, eos_token_ids=None)
     # an EOS that prompt 0 emits mid-way and the others may not: rows end at different steps
     eos = free.completion_ids[0][4]
@@ -106,8 +145,18 @@ def test_greedy_equals_hf_path_and_generate_with_rows_ending_apart(model):
     dict(prompt_seeds=[1, 2, 3], temperature=1.0),
 ])
 def test_sampled_completions_equal_hf_path_for_the_same_seed(model, options):
-    # The same logits (to float rounding) and the same Gumbel noise give the same draws; on
-    # tiny-random no rounding difference is close enough to flip an argmax.
+    # The same logits (to float rounding) and the same uniform draws give the same tokens; on
+    # these models no rounding difference is close enough to flip a draw.
+    assert_same_samples_as_hf_path(model, options)
+
+
+# top-k, not top-p: over a near-flat 49k-token distribution the nucleus boundary is a float-rounding tie
+@pytest.mark.parametrize("options", [dict(seed=11, temperature=1.0), dict(prompt_seeds=[1, 2, 3], temperature=0.7, top_k=20)])
+def test_family_sampled_completions_equal_hf_path_for_the_same_seed(family, options):
+    assert_same_samples_as_hf_path(family, options)
+
+
+def assert_same_samples_as_hf_path(model, options):
     fast = run(model, fast=True, max_new_tokens=16, eos_token_ids=[7, 9], **options)
     slow = run(model, fast=False, max_new_tokens=16, eos_token_ids=[7, 9], **options)
     assert fast.timings["fast_decode"] == 1.0
@@ -145,6 +194,26 @@ def test_lora_wrapped_model_decodes_like_its_merged_equivalent():
             torch.testing.assert_close(torch.tensor(a), torch.tensor(b), atol=ATOL, rtol=0)
 
 
+def test_family_lora_adapter_decodes_like_its_merged_equivalent(family):
+    # Qwen2's q/k/v biases stay outside the adapter (peft adds B·A to the weight only)
+    from peft import LoraConfig, get_peft_model
+
+    wrapped = get_peft_model(copy.deepcopy(family), LoraConfig(r=4, lora_alpha=8, target_modules="all-linear"))
+    torch.manual_seed(1)
+    with torch.no_grad():
+        for name, param in wrapped.named_parameters():
+            if "lora_B" in name:  # peft starts B at 0: the adapter would change nothing
+                param.normal_(std=0.3)
+    merged = copy.deepcopy(wrapped).merge_and_unload()
+    assert unsupported_reason(wrapped) is None
+    fast, reference = run(wrapped, fast=True, temperature=1.0, seed=5), run(merged, fast=False, temperature=1.0, seed=5)
+    assert fast.timings["fast_decode"] == 1.0
+    assert fast.completion_ids == reference.completion_ids
+    assert fast.completion_ids != run(family, fast=False, temperature=1.0, seed=5).completion_ids  # the adapter counts
+    for a, b in zip(fast.logprobs, reference.logprobs):
+        torch.testing.assert_close(torch.tensor(a), torch.tensor(b), atol=ATOL, rtol=0)
+
+
 def test_lora_with_adapter_switched_off_decodes_the_base_model():
     wrapped = lora_model(seed=0)
     with wrapped.disable_adapter():
@@ -161,6 +230,9 @@ def test_lora_with_adapter_switched_off_decodes_the_base_model():
     (lambda: tiny_llama(rope_parameters={"rope_type": "dynamic", "factor": 2.0, "rope_theta": 10000.0}), "rope_type"),
     (lambda: tiny_llama(hidden_act="gelu"), "hidden_act"),
     (lambda: lora_model(use_dora=True), "DoRA"),
+    (lambda: tiny_llama(attention_bias=True), "o_proj has a bias"),  # q/k/v biases are taken, an output bias is not
+    (lambda: tiny_gemma3(attn_logit_softcapping=50.0), "attn_logit_softcapping"),
+    (lambda: tiny_gemma3(hidden_activation="silu"), "hidden_activation"),
 ])
 def test_unsupported_models_fall_back_to_the_hf_forward(build, reason):
     model = build().eval()
@@ -175,7 +247,7 @@ def test_other_architectures_are_refused():
 
     config = MistralConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=1, num_attention_heads=4,
                            num_key_value_heads=2, vocab_size=64)
-    assert "not a LlamaForCausalLM" in unsupported_reason(MistralForCausalLM(config))
+    assert "MistralForCausalLM is not a LlamaForCausalLM, Qwen2ForCausalLM" in unsupported_reason(MistralForCausalLM(config))
 
 
 def test_packed_linear_equals_f_linear_for_any_row_count():

@@ -1,5 +1,7 @@
 """The shared-prompt sampler: greedy equals ``generate``, padding changes nothing, and the
-sampling distribution is the exact temperature/top-k/top-p distribution of the logits."""
+sampling distribution is the exact temperature/top-k/top-p distribution of the logits; the
+first two also on the Hugging Face path (the fallback) of the built-in Qwen2, Qwen3 and
+Gemma 3 models, whose sliding window (4 tokens) is shorter than every sequence here."""
 
 from __future__ import annotations
 
@@ -88,6 +90,35 @@ def test_left_padding_does_not_change_a_sequence(model):
         alone = greedy(model, [prompt], 2, 8, eos=[])
         assert together.completion_ids[2 * i: 2 * i + 2] == alone.completion_ids
         np.testing.assert_allclose(together.logprobs[2 * i], alone.logprobs[0], atol=1e-5)
+
+
+@pytest.fixture(scope="module", params=["tiny-qwen2", "tiny-qwen3", "tiny-gemma3"])
+def family(request):
+    from labelrl.models import load_model
+
+    return load_model(request.param)[0]
+
+
+@pytest.mark.parametrize("fast", [False, True])
+def test_family_greedy_matches_generate_and_ignores_left_padding(family, fast):
+    # fast=False: the HF cache path every unsupported model takes (a DynamicCache with sliding
+    # layers for Gemma 3: repeated per group, rows dropped as they end); fast=True: fast_decode.
+    run = lambda prompts, eos: sample_groups(family, prompts, group_size=2, max_new_tokens=10, eos_token_ids=eos,
+                                             pad_token_id=2, temperature=0, fast=fast)
+    free = run(PROMPTS, [])
+    assert free.timings["fast_decode"] == float(fast)
+    # Random tied-embedding models tend to repeat one token, so the stop token is one that some
+    # rows produce and others never do: those rows end early, the others run on.
+    eos_token = next(c[0] for c in free.completion_ids if any(c[0] not in other for other in free.completion_ids))
+    batch = run(PROMPTS, [eos_token])
+    assert batch.completion_ids == hf_greedy(family, PROMPTS, 2, 10, [eos_token])
+    for cut, whole in zip(batch.completion_ids, free.completion_ids):
+        assert cut == (whole[: whole.index(eos_token) + 1] if eos_token in whole else whole)
+    assert len(set(batch.lengths)) > 1
+    for i, prompt in enumerate(PROMPTS):  # each prompt alone: no padding
+        alone = run([prompt], [])
+        assert free.completion_ids[2 * i: 2 * i + 2] == alone.completion_ids
+        np.testing.assert_allclose(free.logprobs[2 * i], alone.logprobs[0], atol=1e-5)
 
 
 def test_rows_are_grouped_by_prompt_with_timings(model):

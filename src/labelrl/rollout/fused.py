@@ -1,4 +1,5 @@
-"""The weights a fast decode step reads, gathered from a (possibly LoRA-wrapped) Llama.
+"""The weights a fast decode step reads, gathered from a (possibly LoRA-wrapped) Llama, Qwen2,
+Qwen3 or Gemma 3 model (the families ``fast_decode.unsupported_reason`` accepts).
 
 Per projection the step computes ``x·Wᵀ`` with W packed into oneDNN's blocked layout (q/k/v
 concatenated into one matrix, gate/up into another), plus, for a LoRA adapter being
@@ -54,25 +55,27 @@ class PackedLinear:
     input must have the weight's dtype (fp32 or bf16); the output has it too.
     """
 
-    def __init__(self, weight: torch.Tensor, rows: int):
+    def __init__(self, weight: torch.Tensor, rows: int, bias: torch.Tensor | None = None):
         self.packed = None
         self.weight = weight
+        self.bias = bias  # [out] in the weight's dtype, or None (Qwen2's q/k/v have one)
         if _mkldnn_linear_available(weight):
             self.packed = torch.ops.mkldnn._reorder_linear_weight(weight.contiguous(), rows)
             self.weight = None  # the packed copy is all a step needs
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         if self.packed is None:
-            return F.linear(x, self.weight)
-        return torch.ops.mkldnn._linear_pointwise(x, self.packed, None, "none", [], "")
+            return F.linear(x, self.weight, self.bias)
+        return torch.ops.mkldnn._linear_pointwise(x, self.packed, self.bias, "none", [], "")
 
     def add_to(self, residual: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-        """residual + x·Wᵀ, in one op where the backend fuses it (same dtypes), else two."""
+        """residual + x·Wᵀ (+ bias), in one op where the backend fuses it (same dtypes), else two."""
         if residual.dtype != x.dtype:
             return residual + self(x)
         if self.packed is None:
-            return torch.addmm(residual, x, self.weight.t())
-        return torch.ops.mkldnn._linear_pointwise.binary(x, residual, self.packed, None, "add")
+            out = torch.addmm(residual, x, self.weight.t())
+            return out if self.bias is None else out + self.bias
+        return torch.ops.mkldnn._linear_pointwise.binary(x, residual, self.packed, self.bias, "add")
 
 
 @dataclass
@@ -109,17 +112,27 @@ class Projection:
 
 @dataclass
 class LayerWeights:
-    qkv: Projection  # [(H + 2·KV)·D, hidden] rows: q heads, then k heads, then v heads
+    """One decoder layer. Norm weights are the factor the normalised vector is multiplied by:
+    w as stored, or 1 + w for Gemma's zero-centred norms."""
+
+    qkv: Projection  # [(H + 2·KV)·D, hidden] rows: q heads, then k heads, then v heads (+ Qwen2's bias)
     o: Projection  # [hidden, H·D]
     gate_up: Projection  # [2·I, hidden] rows: gate, then up
     down: Projection  # [hidden, I]
     input_norm: torch.Tensor  # [hidden], fp32 as stored
-    post_norm: torch.Tensor  # [hidden]
+    mlp_norm: torch.Tensor  # [hidden], the norm before the MLP (Llama's "post_attention_layernorm")
+    qk_norm: torch.Tensor | None = None  # [H + KV, D] Qwen3 / Gemma 3: the q_norm weight of each query
+    # head, then the k_norm weight of each key head (an RMSNorm over each head, before RoPE)
+    attn_out_norm: torch.Tensor | None = None  # [hidden] Gemma 3: norm of the attention output
+    mlp_out_norm: torch.Tensor | None = None  # [hidden] Gemma 3: norm of the MLP output
+    sliding_window: int | None = None  # a query sees the last `sliding_window` slots, itself included
+    rope_key: str | None = None  # Gemma 3: the layer type whose RoPE table this layer uses
 
 
 @dataclass
 class LlamaWeights:
-    """Everything a decode step reads, gathered from a (possibly LoRA-wrapped) Llama."""
+    """Everything a decode step reads, gathered from a (possibly LoRA-wrapped) model of a
+    Llama-like family: the Llama defaults below, and what Qwen3 and Gemma 3 add."""
 
     layers: list[LayerWeights]
     embed: torch.Tensor  # [V, hidden]
@@ -129,9 +142,16 @@ class LlamaWeights:
     n_heads: int
     n_kv_heads: int
     head_dim: int
-    rotary: nn.Module  # the model's LlamaRotaryEmbedding
+    rotary: nn.Module  # the model's rotary embedding module
     dtype: torch.dtype  # compute dtype of the projections and the KV cache
     base_cached: bool = False  # the packed base came from the cache (nothing was re-packed)
+    attn_scale: float | None = None  # query scale; None: head_dim^-½ (Gemma 3: query_pre_attn_scalar^-½)
+    embed_scale: torch.Tensor | None = None  # Gemma 3: embeddings × √hidden (the module's fp32 buffer)
+    activation: str = "silu"  # of the gate: "silu" (SwiGLU) or "gelu_tanh" (Gemma 3's GeGLU)
+    logit_softcap: float | None = None  # Gemma 3: logits ← cap · tanh(logits / cap)
+    # Where the q/k norm rounds to the compute dtype: Qwen3 rounds the normalised vector and
+    # then multiplies by w (in fp32); Gemma multiplies by 1 + w and rounds the product.
+    round_norm_after_weight: bool = False
 
     @property
     def has_low_rank(self) -> bool:
@@ -196,6 +216,20 @@ def low_rank(modules: list[nn.Module], dtype: torch.dtype) -> LowRank | None:
     return LowRank(a=a, b_t=b_t)
 
 
+def frozen_bias(module: nn.Module) -> torch.Tensor | None:
+    """The projection's bias (a LoRA wrapper's base layer bias; LoRA leaves it as it is)."""
+    return module.bias if type(module) is nn.Linear else module.base_layer.bias
+
+
+def _fused_bias(group: list[nn.Module], dtype: torch.dtype) -> torch.Tensor | None:
+    """The concatenated biases of a fused group (zeros for a member without one), or None."""
+    biases = [frozen_bias(m) for m in group]
+    if all(b is None for b in biases):
+        return None
+    return torch.cat([b if b is not None else frozen_weight(m).new_zeros(frozen_weight(m).shape[0])
+                      for b, m in zip(biases, group)]).to(dtype)
+
+
 def _groups(layer: nn.Module) -> list[list[nn.Module]]:
     return [[getattr(getattr(layer, part), name) for name in names] for part, names in LLAMA_PROJECTIONS]
 
@@ -214,12 +248,13 @@ def _cache_key(base: nn.Module, dtype: torch.dtype) -> tuple | None:
     factors and scale."""
     parts: list = [dtype]
     for module in _packed_modules(base):
-        weight = frozen_weight(module)
-        if weight.requires_grad:
+        weight, bias = frozen_weight(module), frozen_bias(module)
+        if weight.requires_grad or (bias is not None and bias.requires_grad):
             return None
         folded = tuple((name, _tensor_key(module.lora_A[name].weight), _tensor_key(module.lora_B[name].weight),
                         float(module.scaling[name])) for name in folded_adapters(module))
-        parts.append((_tensor_key(weight), tuple(getattr(module, "merged_adapters", ())), folded))
+        bias_key = None if bias is None else _tensor_key(bias)
+        parts.append((_tensor_key(weight), bias_key, tuple(getattr(module, "merged_adapters", ())), folded))
     return tuple(parts)
 
 
@@ -236,7 +271,8 @@ def _pack(base: nn.Module, rows: int, dtype: torch.dtype, fold_all: bool = False
     """[(qkv, o, gate_up, down) PackedLinear per layer] + [lm_head PackedLinear, fp32]."""
     packed = []
     for layer in base.model.layers:
-        packed.append(tuple(PackedLinear(torch.cat([effective_weight(m, fold_all) for m in group]).to(dtype), rows)
+        packed.append(tuple(PackedLinear(torch.cat([effective_weight(m, fold_all) for m in group]).to(dtype), rows,
+                                         _fused_bias(group, dtype))
                             for group in _groups(layer)))
     packed.append(PackedLinear(effective_weight(base.lm_head, fold_all).float(), rows))
     return packed
@@ -274,17 +310,46 @@ def fuse_llama(model: nn.Module, rows: int = 8, dtype: torch.dtype = torch.float
     history."""
     base = base_model(model)
     config = base.config
+    gemma = is_gemma3(base)
     packed, cached = (_pack(base, rows, dtype, fold_all=True), False) if fold_all else packed_weights(base, rows, dtype)
+    # Gemma's norms multiply by 1 + w (Gemma3RMSNorm.forward: `* (1.0 + self.weight.float())`).
+    norm = (lambda module: 1.0 + module.weight.float()) if gemma else (lambda module: module.weight)
+    optional = (lambda layer, name: norm(getattr(layer, name)) if hasattr(layer, name) else None)
+    n_heads, n_kv = config.num_attention_heads, config.num_key_value_heads
+    layer_types = getattr(config, "layer_types", None) or ["full_attention"] * len(base.model.layers)
     layers = []
-    for layer, projections in zip(base.model.layers, packed[:-1]):
+    for layer, projections, layer_type in zip(base.model.layers, packed[:-1], layer_types):
         updates = [None if fold_all else low_rank(group, dtype) for group in _groups(layer)]
         qkv, o, gate_up, down = (Projection(p, u) for p, u in zip(projections, updates))
-        layers.append(LayerWeights(qkv=qkv, o=o, gate_up=gate_up, down=down, input_norm=layer.input_layernorm.weight,
-                                   post_norm=layer.post_attention_layernorm.weight))
+        layers.append(LayerWeights(
+            qkv=qkv, o=o, gate_up=gate_up, down=down, input_norm=norm(layer.input_layernorm),
+            mlp_norm=norm(layer.pre_feedforward_layernorm if gemma else layer.post_attention_layernorm),
+            qk_norm=_stacked_head_norms(optional(layer.self_attn, "q_norm"), optional(layer.self_attn, "k_norm"),
+                                        n_heads, n_kv),
+            attn_out_norm=norm(layer.post_attention_layernorm) if gemma else None,
+            mlp_out_norm=optional(layer, "post_feedforward_layernorm"),
+            sliding_window=getattr(layer.self_attn, "sliding_window", None), rope_key=layer_type if gemma else None,
+        ))
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
     return LlamaWeights(
-        layers=layers, embed=base.model.embed_tokens.weight, final_norm=base.model.norm.weight,
+        layers=layers, embed=base.model.embed_tokens.weight, final_norm=norm(base.model.norm),
         lm_head=Projection(packed[-1], None if fold_all else low_rank([base.lm_head], torch.float32)),
-        eps=float(config.rms_norm_eps), n_heads=config.num_attention_heads, n_kv_heads=config.num_key_value_heads,
+        eps=float(config.rms_norm_eps), n_heads=n_heads, n_kv_heads=n_kv,
         head_dim=head_dim, rotary=base.model.rotary_emb, dtype=dtype, base_cached=cached,
+        attn_scale=config.query_pre_attn_scalar ** -0.5 if gemma else None,
+        embed_scale=base.model.embed_tokens.embed_scale if gemma else None,
+        activation="gelu_tanh" if gemma else "silu", logit_softcap=getattr(config, "final_logit_softcapping", None),
+        round_norm_after_weight=gemma,
     )
+
+
+def _stacked_head_norms(q_norm, k_norm, n_heads: int, n_kv_heads: int) -> torch.Tensor | None:
+    if q_norm is None:
+        return None
+    return torch.cat([q_norm.expand(n_heads, -1), k_norm.expand(n_kv_heads, -1)])
+
+
+def is_gemma3(base: nn.Module) -> bool:
+    from transformers import Gemma3ForCausalLM
+
+    return type(base) is Gemma3ForCausalLM

@@ -5,8 +5,8 @@ key/value cache is then repeated G times along the batch dimension, and all B*G 
 decode together, one token per step. Compared with ``model.generate(num_return_sequences=G)``,
 which copies every prompt G times before the first forward pass, the prefill costs B prompt
 passes instead of B*G. The prefill always runs through the model's forward; the decode steps
-run through ``labelrl.rollout.fast_decode`` for the Llama models it supports (``fast=True``,
-the default), else through the model's forward (``HFStepper``).
+run through ``labelrl.rollout.fast_decode`` for the Llama, Qwen2, Qwen3 and Gemma 3 models it
+supports (``fast=True``, the default), else through the model's forward (``HFStepper``).
 
 The helpers here (left padding, argument checks, logit warping, seeding, eval mode) are
 shared by every backend, so the backends agree on what each argument means.
@@ -255,8 +255,8 @@ def sample_groups(
     for the call and restored after. Log-probs are those of the temperature-1 policy (see
     RolloutBatch).
 
-    ``fast`` (default) decodes with ``labelrl.rollout.fast_decode`` when the model is a
-    Llama it supports (LoRA adapters are folded into the weights for the call), else, or with
+    ``fast`` (default) decodes with ``labelrl.rollout.fast_decode`` when the model is one
+    it supports (Llama, Qwen2, Qwen3, Gemma 3) (LoRA adapters are folded into the weights for the call), else, or with
     ``fast=False``, through the model's own forward; both give the same logits up to float
     rounding. ``timings["fast_decode"]`` is 1.0 when the fast path ran.
 

@@ -19,7 +19,7 @@ from labelrl.models.precision import PRECISION_HELP
 class ModelOptions(BaseModel):
     """Which model and how to adapt it."""
 
-    model: str = Field("smollm2-135m-instruct", description="Model: a built-in name (smollm2-135m-instruct, tiny-random), a local Hugging Face directory, or an earlier run directory (its final model).")
+    model: str = Field("smollm2-135m-instruct", description="Model: a built-in name (smollm2-135m-instruct, or for tests and smoke runs tiny-random, tiny-qwen2, tiny-qwen3, tiny-gemma3), a local Hugging Face directory, or an earlier run directory (its final model).")
     lora: bool = Field(True, description="Train a LoRA adapter (PEFT) instead of all weights.")
     lora_r: int = Field(16, ge=1, description="LoRA rank.")
     lora_alpha: int = Field(32, ge=1, description="LoRA alpha (scale = alpha / r).")
