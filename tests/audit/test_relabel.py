@@ -201,6 +201,32 @@ def test_a_journal_from_another_setup_is_refused(data, tmp_path):
         run(data, tmp_path, ScriptedJudge("other", JUDGE, RETEST))
 
 
+def test_a_wrong_model_name_leaves_no_journal_in_the_way_of_the_corrected_run(tmp_path):
+    # vLLM refuses a model name it does not serve (404) on the first request; the journal then
+    # holds only its header, which must not refuse the re-run with the right --judge-model.
+    path = tmp_path / "items.jsonl"
+    path.write_text("".join(json.dumps({"text": f"item {i}", "label": "ham" if i % 2 else "spam"}) + "\n" for i in range(3)))
+    items = load_items(path)
+    paths = output_paths(items, tmp_path / "out.jsonl")
+    with FakeOpenAIServer(answer_by_number, served_models=["smollm2"]) as server:
+        for model in ("smollm2-135m", "smollm2"):
+            spec = JudgeSpec(server.url, model=model, retries=0, timeout_s=5)
+            judge = load_judge(spec, items.labels, RUBRIC)
+            if model == "smollm2-135m":
+                with pytest.raises(JudgeError, match="the server serves 'smollm2', not 'smollm2-135m'; give --judge-model "
+                                                     "smollm2. Saved so far in .*: nothing yet"):
+                    run_relabel(items, RUBRIC, judge, None, paths, self_agreement_sample=0)
+            else:
+                summary = run_relabel(items, RUBRIC, judge, None, paths, self_agreement_sample=0)
+    lines = read_out(paths.journal)
+    assert lines[0]["judge"].endswith("model=smollm2") and len(lines) == 4
+    assert summary["n_items"] == 3 and sum(r.status == 200 for r in server.requests) == 3
+    # a journal holding answers is still refused for another judge
+    other = load_judge(JudgeSpec(server.url, model="other", retries=0), items.labels, RUBRIC)
+    with pytest.raises(ValueError, match="written for a different judge"):
+        run_relabel(items, RUBRIC, other, None, paths, self_agreement_sample=0)
+
+
 def test_a_new_adjudicator_is_asked_but_the_judge_is_not(data, tmp_path):
     run(data, tmp_path, ScriptedJudge("j", JUDGE, RETEST), ScriptedJudge("a", ADJUDICATOR))
     judge, stronger = ScriptedJudge("j", JUDGE, RETEST), ScriptedJudge("b", {k: V("spam", 0.99) for k in "345"})

@@ -103,7 +103,7 @@ def test_label_never_reaches_the_teacher(tmp_path):
             run_distill(items, SPACE, "Prizes are spam.", teacher(server), distill_paths(tmp_path / f"t{n}.jsonl"),
                         attempts=1, keep="first", max_new_tokens=64, temperature=0.7)
             sent.append(sorted(json.dumps(r.body, sort_keys=True) for r in server.requests))
-            assert all(set(r.body) == {"model", "messages", "temperature", "max_tokens", "seed"} for r in server.requests)
+            assert all(set(r.body) == {"model", "messages", "temperature", "max_tokens", "seed", "stream"} for r in server.requests)
             assert all(len(r.body["messages"]) == 2 for r in server.requests)
     assert sent[0] == sent[1]
     # the item's own text is the whole user turn; the system prompt names the label set only
@@ -121,6 +121,35 @@ def test_endpoint_failure_keeps_attempts_and_resumes(tmp_path):
         run_distill(ITEMS, SPACE, None, teacher(server), paths, attempts=3, max_new_tokens=64, temperature=0.7)
         asked = [(r.user_text, r.body["seed"]) for r in server.answered()]
     assert len(asked) == len(set(asked)) == 8  # nothing answered was asked again
+
+
+def test_a_wrong_model_name_leaves_no_journal_in_the_way_of_the_corrected_run(tmp_path):
+    paths = distill_paths(tmp_path / "traces.jsonl")
+    with FakeOpenAIServer(scripted, served_models=["teacher-x"]) as server:
+        wrong = load_judge(JudgeSpec(server.url, model="teacher", retries=0, flag="--teacher"), SPACE, None)
+        with pytest.raises(JudgeError, match="the server serves 'teacher-x', not 'teacher'; give --teacher-model "
+                                             "teacher-x. Saved so far in .*: 0 attempts"):
+            run_distill(ITEMS, SPACE, None, wrong, paths, attempts=3, max_new_tokens=64, temperature=0.7)
+        records = run_distill(ITEMS, SPACE, None, teacher(server), paths, attempts=3, max_new_tokens=64,
+                              temperature=0.7)
+    assert [r["kept"] for r in records] == [True, True, False, True]
+    assert read_jsonl(paths.journal)[0]["teacher"].endswith("model=teacher-x")
+    with pytest.raises(ValueError, match="written for a different teacher"):
+        run_distill(ITEMS, SPACE, None, wrong, paths, attempts=3, max_new_tokens=64, temperature=0.7)
+
+
+def test_reasoning_split_off_by_a_reasoning_parser_still_makes_a_trace(tmp_path):
+    # vLLM --reasoning-parser returns the <think> part as message.reasoning; without putting it
+    # back, no reply would be a well-formed trace and every item would be rejected.
+    def split(body: dict) -> dict:
+        label = "spam" if body["messages"][-1]["content"] in ("win cash now", "free prize call") else "ham"
+        return {"content": f"<answer>{label}</answer>", "reasoning": "weighing the words"}
+
+    with FakeOpenAIServer(split) as server:
+        records = run_distill(ITEMS, SPACE, None, teacher(server), distill_paths(tmp_path / "t.jsonl"), attempts=1,
+                              max_new_tokens=64, temperature=0.7)
+    assert [r["trace"] for r in records] == [f"<think>weighing the words</think><answer>{ex.label}</answer>"
+                                             for ex in ITEMS]
 
 
 def test_bad_settings_are_refused(tmp_path):

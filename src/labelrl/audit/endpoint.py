@@ -7,6 +7,24 @@ unparseable reply is recorded with label None, never guessed. Calls have a timeo
 retries with exponential backoff and jitter, and run on a thread pool of ``concurrency``
 workers. The API key is read from the environment variable named by ``api_key_env`` and is
 never logged, saved or shown in an error.
+
+What real servers do, and what the client makes of it (observed against vLLM 0.32's server):
+
+- a refused connection, a dropped connection (a server killed mid-request), a timeout, HTTP 429
+  and HTTP 5xx are retried with backoff; when the server stays down the error names the
+  endpoint, what happened, the number of attempts and the fix;
+- an error body ``{"error": {"message": …}}`` (OpenAI, vLLM), ``{"error": "…"}``,
+  ``{"message": …}`` or FastAPI's ``{"detail": …}`` is shown by its message, not as raw JSON;
+- HTTP 404 for a model name the server does not serve (vLLM names a model by its path unless
+  started with ``--served-model-name``, and hides that path in its error): the client asks
+  ``GET …/models`` and names the models the server does serve;
+- HTTP 400 for a reply cap or prompt beyond the server's context: the hint names the cap;
+- a server that refuses ``max_tokens`` and asks for ``max_completion_tokens`` (OpenAI's
+  reasoning models) is asked again with that field, once, and keeps it for later requests;
+- requests say ``"stream": false``; the server's chat template renders the messages;
+- a reply whose reasoning a server's reasoning parser split off into ``message.reasoning``
+  (vLLM; ``reasoning_content`` elsewhere) comes back from ``generate`` with it put back as
+  ``<think>…</think>`` before the answer, as the model wrote it.
 """
 
 from __future__ import annotations
@@ -86,6 +104,14 @@ class _Stopped(Exception):
     """A worker gave up an item because another request had already failed for good."""
 
 
+class _Refused(Exception):
+    """The server answered a non-retryable HTTP error: ``status`` and its ``message``."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status, self.message = status, message
+
+
 class _Retryable(Exception):
     """A failed request worth repeating: ``reason`` says what happened, ``fix`` what to do."""
 
@@ -127,6 +153,9 @@ class EndpointJudge:
         self._api_key = os.environ.get(spec.api_key_env, "").strip() or None
         self._lock = threading.Lock()
         self.stats = {"requests": 0, "retries": 0}
+        # The request field that caps the reply: "max_completion_tokens" once a server refused
+        # "max_tokens" (see _chat).
+        self._cap_field = "max_tokens"
 
     def __repr__(self) -> str:
         return f"EndpointJudge({self.name!r})"
@@ -177,33 +206,51 @@ class EndpointJudge:
         self, messages: list[dict[str, str]], *, max_new_tokens: int = 256, temperature: float = 0.0,
         seed: int | None = None,
     ) -> str:
-        """The endpoint's reply to ``messages`` (``seed`` is sent when given)."""
-        return self._redact(self._chat(messages, temperature, max_new_tokens, seed, threading.Event()))
+        """The endpoint's reply to ``messages`` (``seed`` is sent when given); reasoning a server
+        split off (``message.reasoning``) is put back in front as ``<think>…</think>``."""
+        message = self._chat(messages, temperature, max_new_tokens, seed, threading.Event())
+        return self._redact(reply_text(message, with_reasoning=True))
 
     def _judge_one(self, example: Example, sample_seed: int | None, stop: threading.Event) -> Verdict:
         messages = endpoint_messages(example, self.labels, self.rubric)
         temperature = self.spec.temperature if sample_seed is None else self.spec.sample_temperature
         try:
-            reply = self._chat(messages, temperature, self.spec.max_tokens, sample_seed, stop)
+            message = self._chat(messages, temperature, self.spec.max_tokens, sample_seed, stop)
         except JudgeError:
             stop.set()  # here, not in the caller: this worker must not start its next item first
             raise
-        return parse_judgement(self._redact(reply), self.labels)  # the raw reply is saved
+        # The verdict is read from the answer alone; split-off reasoning is not part of it.
+        return parse_judgement(self._redact(reply_text(message, with_reasoning=False)), self.labels)
 
     def _chat(self, messages: list[dict[str, str]], temperature: float, max_tokens: int,
-              seed: int | None, stop: threading.Event) -> str:
-        body = {"model": self.spec.model, "messages": messages, "temperature": temperature, "max_tokens": max_tokens}
+              seed: int | None, stop: threading.Event) -> dict:
+        """``choices[0].message`` of the server's reply (a dict), after retries."""
+        body: dict = {"model": self.spec.model, "messages": messages, "temperature": temperature, "stream": False}
         if seed is not None:
             body["seed"] = seed
-        reply = self._post_with_retries(body, stop)
+        field = self._cap_field
         try:
-            content = reply["choices"][0]["message"]["content"]
+            reply = self._post_with_retries({**body, field: max_tokens}, stop)
+        except _Refused as exc:
+            if not (field == "max_tokens" and exc.status == 400 and "max_completion_tokens" in exc.message):
+                raise self._refusal_error(exc, max_tokens) from None
+            # OpenAI's reasoning models refuse "max_tokens" and name its successor; older servers
+            # ignore "max_completion_tokens", so it is sent only to a server that asked for it.
+            self._cap_field = "max_completion_tokens"
+            try:
+                reply = self._post_with_retries({**body, "max_completion_tokens": max_tokens}, stop)
+            except _Refused as again:
+                raise self._refusal_error(again, max_tokens) from None
+        try:
+            message = reply["choices"][0]["message"]
+            if not isinstance(message, dict):
+                raise TypeError
         except (KeyError, IndexError, TypeError):
             raise JudgeError(
-                f"{self.spec.flag} endpoint {self.shown_url} replied without choices[0].message.content; "
+                f"{self.spec.flag} endpoint {self.shown_url} replied without choices[0].message; "
                 "give the base URL of an OpenAI-compatible chat-completions API (…/v1)"
             ) from None
-        return content if isinstance(content, str) else ""
+        return message
 
     def _post_with_retries(self, body: dict, stop: threading.Event) -> dict:
         attempts, failure = self.spec.retries + 1, None
@@ -225,11 +272,15 @@ class EndpointJudge:
         tries = f"{attempts} attempt{'' if attempts == 1 else 's'}"
         raise JudgeError(f"{self.spec.flag} endpoint {self.shown_url} {failure.reason} ({tries}); {failure.fix}")
 
-    def _post(self, body: dict) -> dict:
+    def _headers(self) -> dict[str, str]:
         headers = {"Content-Type": "application/json"}
         if self._api_key:
             headers["Authorization"] = f"Bearer {self._api_key}"
-        request = urllib.request.Request(self.url, data=json.dumps(body).encode("utf-8"), headers=headers, method="POST")
+        return headers
+
+    def _post(self, body: dict) -> dict:
+        request = urllib.request.Request(self.url, data=json.dumps(body).encode("utf-8"), headers=self._headers(),
+                                         method="POST")
         with self._lock:
             self.stats["requests"] += 1
         timeout = (f"timed out (no reply within --timeout {self.spec.timeout_s:g} s)",
@@ -238,14 +289,11 @@ class EndpointJudge:
             with urllib.request.urlopen(request, timeout=self.spec.timeout_s) as response:
                 payload = response.read()
         except urllib.error.HTTPError as exc:
-            detail = self._redact(_error_body(exc))
+            message = self._redact(_error_body(exc))
             if exc.code == 429 or exc.code >= 500:
-                raise _Retryable(f"answered HTTP {exc.code} ({detail})", "the server is failing or overloaded; "
+                raise _Retryable(f"answered HTTP {exc.code} ({message})", "the server is failing or overloaded; "
                                  "retry later or lower --concurrency") from None
-            key_hint = (f"the API key in ${self.spec.api_key_env}" if self._api_key
-                        else f"the API key (${self.spec.api_key_env} is not set)")
-            raise JudgeError(f"{self.spec.flag} endpoint {self.shown_url} answered HTTP {exc.code} ({detail}); "
-                             f"check {self.spec.flag}-model {self.spec.model!r} and {key_hint}") from None
+            raise _Refused(exc.code, message) from None
         except urllib.error.URLError as exc:
             if isinstance(exc.reason, ConnectionRefusedError):
                 raise _Retryable("refused the connection", "check that the server is running and that the "
@@ -257,7 +305,8 @@ class EndpointJudge:
         except TimeoutError:
             raise _Retryable(*timeout) from None
         except (ConnectionError, http.client.HTTPException) as exc:
-            raise _Retryable(f"dropped the connection ({type(exc).__name__})", "check the server's logs") from None
+            raise _Retryable(f"dropped the connection ({type(exc).__name__}: the server closed it without a reply)",
+                             "check the server's logs (did it stop or restart?)") from None
         try:
             return json.loads(payload)
         except ValueError:
@@ -265,16 +314,103 @@ class EndpointJudge:
                              f"({self._redact(payload[:120].decode('utf-8', 'replace'))!r}); "
                              "give the base URL of an OpenAI-compatible API (…/v1)") from None
 
+    def _refusal_error(self, exc: _Refused, max_tokens: int) -> JudgeError:
+        """A JudgeError for a final HTTP error: the status, the server's message and the fix."""
+        flag, model = self.spec.flag, self.spec.model
+        if exc.status in (401, 403):
+            key = (f"the API key in ${self.spec.api_key_env}" if self._api_key
+                   else f"the API key (${self.spec.api_key_env} is not set)")
+            fix = f"check {key}, or give --api-key-env NAME of the variable that holds it"
+        elif exc.status == 404:
+            fix = self._not_found_fix()
+        elif exc.status in (400, 413, 422) and _is_context_error(exc.message):
+            cap = "--max-new-tokens" if flag == "--teacher" else "the judge's reply cap"
+            fix = (f"the reply cap max_tokens={max_tokens} plus the prompt must fit the server's context: lower "
+                   f"{cap}, or serve the model with a longer context (vLLM: --max-model-len)")
+        else:
+            fix = f"the server refused the request as sent; check {flag}-model {model!r} and the option its message names"
+        return JudgeError(f"{flag} endpoint {self.shown_url} answered HTTP {exc.status} ({exc.message}); {fix}")
+
+    def _not_found_fix(self) -> str:
+        """The fix for HTTP 404: the models the server lists (``GET …/models``) when the one asked
+        for is not among them, else a hint that the URL is not the API's base."""
+        flag, model = self.spec.flag, self.spec.model
+        served = self.served_models()
+        if served and model not in served:
+            names = ", ".join(repr(m) for m in served[:10]) + (f" and {len(served) - 10} more" if len(served) > 10 else "")
+            one = "give" if len(served) == 1 else "give one of them as"
+            return f"the server serves {names}, not {model!r}; {one} {flag}-model {served[0] if len(served) == 1 else 'NAME'}"
+        if served:
+            return f"the server serves {model!r} but has no chat-completions route here; give {flag} the API's base URL (…/v1)"
+        return (f"check {flag}-model {model!r} (the name the server serves: vLLM uses the model path unless started "
+                f"with --served-model-name) and that {flag} is the API's base URL (…/v1)")
+
+    def served_models(self) -> list[str] | None:
+        """The model ids ``GET {base}/models`` lists, or None when that fails (not every
+        OpenAI-compatible server has it)."""
+        url = self.url.split("?", 1)[0].removesuffix("/chat/completions") + "/models"
+        request = urllib.request.Request(url, headers=self._headers(), method="GET")
+        try:
+            with urllib.request.urlopen(request, timeout=min(self.spec.timeout_s, 10.0)) as response:
+                data = json.loads(response.read())["data"]
+            return [self._redact(str(m["id"])) for m in data]
+        except (OSError, ValueError, KeyError, TypeError, http.client.HTTPException):
+            return None
+
     def _redact(self, text: str) -> str:
         """``text`` with the API key (should a server echo it) replaced by ``***``."""
         return text.replace(self._api_key, "***") if self._api_key else text
 
 
-def _error_body(exc: urllib.error.HTTPError) -> str:
-    """The start of an HTTP error's body (servers put the reason there), on one line."""
+def reply_text(message: dict, *, with_reasoning: bool) -> str:
+    """The text of a chat reply's ``message``: ``content`` (None → ""), and, when
+    ``with_reasoning``, the reasoning a server's reasoning parser split off (vLLM:
+    ``reasoning``; others: ``reasoning_content``) put back in front as ``<think>…</think>``
+    unless the content already holds a ``<think>`` block."""
+    content = message.get("content")
+    content = content if isinstance(content, str) else ""
+    if not with_reasoning:
+        return content
+    reasoning = message.get("reasoning") or message.get("reasoning_content")
+    if not isinstance(reasoning, str) or not reasoning.strip() or "<think>" in content:
+        return content
+    return f"<think>{reasoning}</think>{content}"
+
+
+def _is_context_error(message: str) -> bool:
+    text = message.lower()
+    return "context length" in text or "max_model_len" in text or "max_tokens" in text
+
+
+def error_message(raw: str) -> str:
+    """The reason in an error body, on one line: ``error.message`` (OpenAI, vLLM), ``error``
+    as a string, ``message``, or FastAPI's ``detail``; the body itself when it is none of these."""
     try:
-        text = exc.read(300).decode("utf-8", "replace")
+        data = json.loads(raw)
+    except ValueError:
+        data = None
+    found = None
+    if isinstance(data, dict):
+        error = data.get("error")
+        if isinstance(error, dict):
+            found = error.get("message")
+        elif isinstance(error, str):
+            found = error
+        if found is None:
+            found = data.get("message", data.get("detail"))
+    if found is None:
+        found = raw
+    elif not isinstance(found, str):
+        found = json.dumps(found)  # FastAPI validation errors: a list of objects
+    text = " ".join(found.split())
+    return text[:300] + ("…" if len(text) > 300 else "")
+
+
+def _error_body(exc: urllib.error.HTTPError) -> str:
+    """The HTTP reason and the server's message from the error body (``error_message``)."""
+    try:
+        text = exc.read(4000).decode("utf-8", "replace")
     except Exception:  # the body is a courtesy: a broken one must not hide the status
         text = ""
-    text = " ".join(text.split())
-    return f"{exc.reason}: {text}" if text else str(exc.reason)
+    message = error_message(text) if text.strip() else ""
+    return f"{exc.reason}: {message}" if message and message != exc.reason else str(exc.reason)

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from labelrl.audit.judge_types import Verdict
-from labelrl.fileio import append_jsonl, drop_torn_tail, read_jsonl
+from labelrl.fileio import append_jsonl, atomic_write_jsonl, drop_torn_tail, read_jsonl
 from labelrl.types import Example, LabelSpace
 
 
@@ -37,7 +37,8 @@ class RelabelPaths:
 
 class Journal:
     """The append-only record of every answer; a header line ties it to one input, rubric,
-    label set and judge, so a re-run never mixes answers from different setups."""
+    label set and judge, so a re-run never mixes answers from different setups. A journal that
+    holds only a header (no answer yet) is started afresh for a new setup."""
 
     KINDS = ("judge", "adjudicate", "retest")
 
@@ -52,6 +53,11 @@ class Journal:
         if not isinstance(lines[0], dict) or lines[0].get("kind") != "header":
             raise ValueError(f"{self.path} is not a relabel journal; move it away, or choose another --out")
         differ = [k for k in header if lines[0].get(k) != header[k]]
+        if differ and len(lines) == 1:
+            # Only a header: the setup changed before any answer was saved (e.g. the first
+            # request was refused for a wrong --judge-model), so there is nothing to mix up.
+            atomic_write_jsonl(self.path, [header])
+            return
         if differ:
             raise ValueError(
                 f"{self.path} was written for a different {', '.join(differ)}; delete it to start over, or "

@@ -20,7 +20,7 @@ class DistillConfig(BaseModel):
 
     data: str = Field(description="A built-in dataset or a .jsonl, .csv or .parquet file.")
     teacher: str = Field(description=f"The teacher: {SPEC_HELP}. It sees the item and rubric, never the label.")
-    teacher_model: Optional[str] = Field(None, description="Model name to request from an endpoint --teacher.")
+    teacher_model: Optional[str] = Field(None, description="Model name to request from an endpoint --teacher (the name the server serves: vLLM's --served-model-name, else the path it was started with; GET URL/models lists them).")
     out: Path = Field(description="Traces file (.jsonl); its attempts journal and summary are written beside it.")
     attempts: int = Field(4, ge=1, description="At most this many teacher attempts per item (attempt a uses seed SEED+a).")
     keep: Literal["first", "all"] = Field("first", description="Keep the first matching trace of an item, or every matching one.")

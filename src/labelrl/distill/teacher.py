@@ -33,7 +33,7 @@ from typing import Callable, Literal, Sequence
 
 from labelrl.audit.judges import Judge, JudgeError
 from labelrl.data.prompts import answer_target, render_messages
-from labelrl.fileio import append_jsonl, atomic_write_text, drop_torn_tail, read_jsonl
+from labelrl.fileio import append_jsonl, atomic_write_jsonl, atomic_write_text, drop_torn_tail, read_jsonl
 from labelrl.rewards import parse_answer
 from labelrl.types import Example, LabelSpace
 
@@ -82,7 +82,8 @@ def grade_attempt(text: str, label: str, labels: LabelSpace) -> dict:
 
 class AttemptJournal:
     """Append-only record of every attempt, keyed by (id, attempt); its header ties it to one
-    input, label set, rubric, teacher and generation setting."""
+    input, label set, rubric, teacher and generation setting. A journal that holds only a header
+    (no attempt yet) is started afresh for a new setup."""
 
     def __init__(self, path: Path, header: dict) -> None:
         self.path = Path(path)
@@ -96,6 +97,11 @@ class AttemptJournal:
         if lines[0].get("kind") != "header":
             raise ValueError(f"{self.path} is not a distill attempts journal; move it away, or choose another --out")
         differ = [k for k in header if lines[0].get(k) != header[k]]
+        if differ and len(lines) == 1:
+            # Only a header: the setup changed before any attempt was saved (e.g. the first
+            # request was refused for a wrong --teacher-model), so there is nothing to mix up.
+            atomic_write_jsonl(self.path, [header])
+            return
         if differ:
             raise ValueError(f"{self.path} was written for a different {', '.join(differ)}; delete it to start over, "
                              "or choose another --out")
