@@ -44,9 +44,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: E402
 from transformers.utils import logging as hf_logging  # noqa: E402
 
 from labelrl.models import cache  # noqa: E402
-from labelrl.models.tiny import (  # noqa: E402,F401  (build_tiny_random, tiny_random_config: kept importable here)
-    TINY_MODELS, TINY_RANDOM, build_tiny, build_tiny_random, tiny_random_config,
-)
+from labelrl.models.tiny import TINY_MODELS, build_tiny, set_builtin_name  # noqa: E402
 
 # huggingface_hub may have been imported (and read the environment) before this module.
 huggingface_hub.constants.HF_HUB_OFFLINE = True
@@ -95,7 +93,7 @@ def load_model(
             model_dir, local_files_only=True, use_safetensors=True, dtype=torch_dtype
         )
         tokenizer = _prepare_tokenizer(AutoTokenizer.from_pretrained(model_dir, local_files_only=True))
-        _set_name(model, SMOLLM2)
+        set_builtin_name(model, SMOLLM2)
     elif kind in TINY_MODELS:
         tokenizer = load_tokenizer(kind)
         model = build_tiny(kind, tokenizer).to(torch_dtype)
@@ -276,13 +274,6 @@ def _prepare_tokenizer(tokenizer: Any) -> Any:
     return tokenizer
 
 
-def _set_name(model: torch.nn.Module, name: str) -> None:
-    # PEFT records `model.name_or_path` as an adapter's base; a built-in name keeps the
-    # adapter portable (a cache path would tie it to one machine).
-    model.config._name_or_path = name
-    model.name_or_path = name
-
-
 def _source_metadata(kind: str) -> dict[str, Any]:
     return {
         "kind": kind,
@@ -341,7 +332,7 @@ def _convert_smollm2(out: Path) -> None:
         with torch.random.fork_rng(devices=[]):  # the throwaway random init must not move global RNG
             plain = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
         plain.load_state_dict(quantized.state_dict())
-        _set_name(plain, SMOLLM2)
+        set_builtin_name(plain, SMOLLM2)
         count.advance(5)
         plain.save_pretrained(out)
         tokenizer.save_pretrained(out)

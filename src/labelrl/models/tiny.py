@@ -134,13 +134,12 @@ def build_tiny(name: str, tokenizer: Any) -> "PreTrainedModel":
         model = getattr(transformers, spec.model_class)(spec.config(tokenizer))
         if spec.perturb:
             _perturb_norms_and_biases(model)
-    # PEFT records `model.name_or_path` as an adapter's base; a built-in name keeps the
-    # adapter portable (a cache path would tie it to one machine).
-    model.config._name_or_path = name
-    model.name_or_path = name
+    set_builtin_name(model, name)
     return model
 
 
-def build_tiny_random(tokenizer: Any) -> "transformers.LlamaForCausalLM":
-    """The float32 ``tiny-random`` model (``build_tiny(TINY_RANDOM, tokenizer)``)."""
-    return build_tiny(TINY_RANDOM, tokenizer)
+def set_builtin_name(model: torch.nn.Module, name: str) -> None:
+    """Name ``model`` by its built-in spec. PEFT records ``model.name_or_path`` as an adapter's
+    base; a built-in name keeps the adapter portable (a cache path would tie it to one machine)."""
+    model.config._name_or_path = name
+    model.name_or_path = name
