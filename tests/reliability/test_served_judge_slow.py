@@ -23,6 +23,7 @@ the test's own duration are printed (``-s``).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import sys
@@ -202,6 +203,20 @@ def check_resumed(server: VLLMServer, since: int, killed_pid_prefix: str, journa
     assert final == straight_run["journal"], "the resumed journal differs from the uninterrupted run's"
 
 
+@contextlib.contextmanager
+def running(argv: list[str]):
+    """``argv`` as a subprocess, with its stderr in a temporary file: (process, stderr file);
+    killed on the way out if it is still running (a failed assertion must not leave it)."""
+    with tempfile.TemporaryFile() as stderr:
+        proc = subprocess.Popen(argv, env=cli_env(), stdout=subprocess.DEVNULL, stderr=stderr)
+        try:
+            yield proc, stderr
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+
+
 def _kill_at(server: VLLMServer, proc: subprocess.Popen, journal: Path) -> tuple[bytes, str]:
     wait_for(lambda: answer_lines(journal) >= KILL_AFTER, proc, 600, f"{KILL_AFTER} journaled answers")
     prefix = f"{server.proc.pid}-"
@@ -215,19 +230,13 @@ def test_relabel_rides_out_a_server_killed_and_restarted_mid_run(served, straigh
     # Backoff 1 s doubling to the 8 s cap: 40 retries wait at least ~150 s, more than a restart.
     argv = relabel_argv(files, served.url, out, retries=40, backoff=1.0)
     since = len(served.requests())
-    with tempfile.TemporaryFile() as stdout, tempfile.TemporaryFile() as stderr:
-        proc = subprocess.Popen(argv, env=cli_env(), stdout=stdout, stderr=stderr)
-        try:
-            at_kill, prefix = _kill_at(served, proc, journal)
-            time.sleep(2.0)
-            assert proc.poll() is None, "relabel gave up at once instead of retrying"
-            served.start()
-            print(f"\nvLLM server restarted in {served.starts[-1]:.1f} s", flush=True)
-            code = proc.wait(timeout=600)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
+    with running(argv) as (proc, stderr):
+        at_kill, prefix = _kill_at(served, proc, journal)
+        time.sleep(2.0)
+        assert proc.poll() is None, "relabel gave up at once instead of retrying"
+        served.start()
+        print(f"\nvLLM server restarted in {served.starts[-1]:.1f} s", flush=True)
+        code = proc.wait(timeout=600)
         stderr.seek(0)
         assert code == 0, stderr.read().decode("utf-8", "replace")[-3000:]
     check_resumed(served, since, prefix, at_kill, journal, straight["relabel"], relabel_key,
@@ -241,15 +250,9 @@ def test_distill_stops_with_a_clear_error_then_resumes_after_the_restart(served,
     out, journal = tmp_path / "distill.jsonl", tmp_path / "distill.attempts.jsonl"
     argv = distill_argv(files, served.url, out, retries=1, backoff=0.5)
     since = len(served.requests())
-    with tempfile.TemporaryFile() as stdout, tempfile.TemporaryFile() as stderr:
-        proc = subprocess.Popen(argv, env=cli_env(), stdout=stdout, stderr=stderr)
-        try:
-            at_kill, prefix = _kill_at(served, proc, journal)
-            code = proc.wait(timeout=120)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
+    with running(argv) as (proc, stderr):
+        at_kill, prefix = _kill_at(served, proc, journal)
+        code = proc.wait(timeout=120)
         stderr.seek(0)
         error = " ".join(stderr.read().decode("utf-8", "replace").split())
     assert code == 2, error[-3000:]  # labelrl's exit code for an error it explains (cli.options.fail)
