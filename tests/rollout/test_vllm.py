@@ -1,6 +1,6 @@
 """The ``vllm`` backend: RequestOutput → RolloutBatch, sampling parameters, and the weight-sync
-call sequence, against a small stand-in engine (vLLM itself is not installed here); a
-real-engine test runs where vLLM and a CUDA GPU are present."""
+call sequence, against a small stand-in engine; the real engine (vLLM's CPU build) is tested
+in tests/rollout/test_vllm_engine_slow.py."""
 
 from __future__ import annotations
 
@@ -18,7 +18,15 @@ from pydantic import ValidationError  # noqa: E402
 from safetensors.torch import load_file  # noqa: E402
 from transformers import LlamaConfig, LlamaForCausalLM  # noqa: E402
 
-from labelrl.rollout.vllm import VLLMApi, VLLMSampler, base_weights, lora_rank_slot, to_rollout  # noqa: E402
+from labelrl.rollout.vllm import (  # noqa: E402
+    VLLMApi,
+    VLLMSampler,
+    base_weights,
+    engine_dtype,
+    kv_cache_bytes,
+    lora_rank_slot,
+    to_rollout,
+)
 
 EOS = 2
 HAS_VLLM = importlib.util.find_spec("vllm") is not None
@@ -26,9 +34,9 @@ HAS_VLLM = importlib.util.find_spec("vllm") is not None
 
 @pytest.fixture(autouse=True)
 def _launcher_env_restored():
-    """The sampler sets RANK, WORLD_SIZE, … for vLLM's external launcher (ensure_launcher_env);
-    left behind, they make accelerate in a later test of the same worker wait on a process
-    group that does not exist."""
+    """The sampler sets RANK, WORLD_SIZE, … for vLLM's external launcher while an engine starts
+    (launcher_env); should a failing test leave them behind, they would make accelerate in a
+    later test of the same worker wait on a process group that does not exist."""
     keys = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
     saved = {key: os.environ.get(key) for key in keys}
     yield
@@ -82,17 +90,22 @@ def test_greedy_repeats_the_one_sample_and_bad_outputs_are_refused():
 
 class FakeEngine:
     """``vllm.LLM``'s surface the backend uses: generate, reset_prefix_cache, the in-process
-    model runner's load_weights, and llm_engine.remove_lora. Every call lands in ``events``."""
+    worker's reload_weights, and llm_engine.remove_lora. Every call lands in ``events``; the
+    launcher variables seen at start land in ``env``."""
 
     instances: list["FakeEngine"] = []
 
     def __init__(self, **options):
         self.options = options
+        self.env = {key: os.environ.get(key) for key in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")}
         self.events: list[tuple] = [("init", options["model"])]
-        loader = SimpleNamespace(load_weights=lambda weights: self.events.append(("load_weights", dict(weights))))
-        runner = SimpleNamespace(model=loader)
+
+        def reload_weights(weights_iterator, is_checkpoint_format):
+            assert is_checkpoint_format is True  # Hugging Face tensors, not kernel-format ones
+            self.events.append(("reload_weights", dict(weights_iterator)))
+
         self.llm_engine = SimpleNamespace(
-            model_executor=SimpleNamespace(driver_worker=SimpleNamespace(model_runner=runner)),
+            model_executor=SimpleNamespace(driver_worker=SimpleNamespace(reload_weights=reload_weights)),
             remove_lora=lambda lora_id: self.events.append(("remove_lora", lora_id)),
         )
         FakeEngine.instances.append(self)
@@ -114,10 +127,10 @@ FAKE_API = VLLMApi(LLM=FakeEngine, SamplingParams=lambda **kw: SimpleNamespace(*
                    LoRARequest=lambda name, lora_id, path: SimpleNamespace(lora_name=name, lora_int_id=lora_id, lora_path=path))
 
 
-def tiny_llama() -> LlamaForCausalLM:
+def tiny_llama(tied: bool = False) -> LlamaForCausalLM:
     torch.manual_seed(0)
     config = LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=4,
-                         num_key_value_heads=2, vocab_size=64, max_position_embeddings=64)
+                         num_key_value_heads=2, vocab_size=64, max_position_embeddings=64, tie_word_embeddings=tied)
     return LlamaForCausalLM(config)
 
 
@@ -177,7 +190,7 @@ def test_full_weights_are_loaded_into_the_engine_only_after_they_change(monkeypa
     model(input_ids=torch.tensor([[1, 2, 3]])).logits.sum().backward()
     optimizer.step()
     sample(sampler, model)
-    assert names(engine.events)[3:] == ["load_weights", "reset_prefix_cache", "generate"]
+    assert names(engine.events)[3:] == ["reload_weights", "reset_prefix_cache", "generate"]
     sent = engine.events[3][1]
     assert sent.keys() == saved.keys()
     for name, param in model.named_parameters():
@@ -239,24 +252,82 @@ def test_without_vllm_the_backend_says_how_to_install_it(tmp_path):
         VLLMSampler()(tiny_llama(), [[1, 2]], group_size=2, max_new_tokens=2, eos_token_ids=[EOS], pad_token_id=0)
 
 
-@pytest.mark.slow
-def test_real_vllm_engine_samples_like_the_labelrl_sampler_greedily(tmp_path):
-    pytest.importorskip("vllm")
-    if not torch.cuda.is_available():
-        pytest.skip("vLLM needs a CUDA GPU")
-    from labelrl.models import load_model
-    from labelrl.rollout import sample_groups
+def test_a_tied_head_is_written_untied_and_resent_with_the_embedding(monkeypatch):
+    """vLLM's in-place reload does not re-tie a head that shares the embedding's weight (on its
+    CPU platform the head kept sampling from the old embedding): the engine model is untied,
+    and every sync sends the head under its own name, equal to the trained embedding."""
+    monkeypatch.setattr(FakeEngine, "instances", [])
+    model = tiny_llama(tied=True)
+    assert model.lm_head.weight is model.model.embed_tokens.weight
+    sampler = VLLMSampler(api=FAKE_API)
+    sample(sampler, model)
+    engine = FakeEngine.instances[0]
+    start = Path(engine.options["model"])
+    assert json.loads((start / "config.json").read_text())["tie_word_embeddings"] is False
+    saved = load_file(str(start / "model.safetensors"))
+    assert saved.keys() == dict(model.named_parameters()).keys() | {"lm_head.weight"}
+    assert torch.equal(saved["lm_head.weight"], saved["model.embed_tokens.weight"])
+    assert model.config.tie_word_embeddings is True  # the policy itself stays tied
 
-    model, tokenizer = load_model("tiny-random")
-    model = model.cuda().eval()
-    prompts = [tokenizer("a b c", add_special_tokens=False)["input_ids"], tokenizer("d e", add_special_tokens=False)["input_ids"]]
-    options = dict(group_size=2, max_new_tokens=6, eos_token_ids=[tokenizer.eos_token_id], pad_token_id=0, temperature=0.0)
-    sampler = VLLMSampler(gpu_memory_utilization=0.2, engine_options={"dtype": "float32", "enforce_eager": True})
-    ours, theirs = sample_groups(model, prompts, **options), sampler(model, prompts, **options)
-    assert theirs.completion_ids == ours.completion_ids and theirs.prompt_index == ours.prompt_index
-    for a, b in zip(theirs.logprobs, ours.logprobs):
-        assert a == pytest.approx(b, abs=1e-3)
-    with torch.no_grad():  # the engine follows the policy once its weights change
-        model.lm_head.weight.mul_(-1.0)
-    flipped = sampler(model, prompts, **options)
-    assert flipped.completion_ids == sample_groups(model, prompts, **options).completion_ids
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
+    model(input_ids=torch.tensor([[1, 2, 3]])).logits.sum().backward()
+    optimizer.step()
+    sample(sampler, model)
+    sent = engine.events[-3][1]
+    assert torch.equal(sent["lm_head.weight"], model.model.embed_tokens.weight.detach())
+    assert not torch.equal(sent["lm_head.weight"], saved["lm_head.weight"])
+
+
+def test_on_vllms_cpu_platform_the_engine_is_eager_with_a_stated_kv_cache(monkeypatch):
+    monkeypatch.setattr(FakeEngine, "instances", [])
+    for key in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+        monkeypatch.delenv(key, raising=False)
+    cpu_api = VLLMApi(FAKE_API.LLM, FAKE_API.SamplingParams, FAKE_API.LoRARequest, on_cpu=True)
+    model = tiny_llama()
+    sampler = VLLMSampler(api=cpu_api, max_model_len=40, max_sequences=6)
+    sample(sampler, model, dtype=torch.bfloat16)
+    engine = FakeEngine.instances[0]
+    # 2 (keys, values) · 1 layer · 2 kv heads · head_dim 8 · 2 bytes (bf16) · 6 sequences · 40 positions
+    # = 7,680 bytes, doubled = 15,360 < the 64 MiB floor
+    assert engine.options["kv_cache_memory_bytes"] == 64 * 2**20 and engine.options["enforce_eager"] is True
+    assert engine.options["dtype"] == "bfloat16"
+    big = SimpleNamespace(num_attention_heads=9, hidden_size=576, num_key_value_heads=3, num_hidden_layers=30)
+    # SmolLM2: 2 · 30 layers · 3 kv heads · 64 · 4 bytes = 46,080 bytes a position; · 16 · 1,000, doubled
+    assert kv_cache_bytes(big, sequences=16, tokens=1000, dtype=torch.float32) == 2 * 46_080 * 16_000
+    # the launcher variables exist while the engine starts, and are gone afterwards
+    assert engine.env["RANK"] == "0" and engine.env["WORLD_SIZE"] == "1" and engine.env["MASTER_PORT"].isdigit()
+    assert all(key not in os.environ for key in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"))
+    gpu = VLLMSampler(api=FAKE_API)
+    sample(gpu, model, dtype=torch.float32)
+    assert "kv_cache_memory_bytes" not in FakeEngine.instances[1].options
+    assert FakeEngine.instances[1].options["dtype"] == "float32"
+
+
+def test_a_launchers_own_variables_are_kept(monkeypatch):
+    monkeypatch.setattr(FakeEngine, "instances", [])
+    monkeypatch.setenv("RANK", "3")
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    monkeypatch.delenv("MASTER_PORT", raising=False)
+    sample(VLLMSampler(api=FAKE_API), tiny_llama())
+    assert FakeEngine.instances[0].env["RANK"] == "3" and FakeEngine.instances[0].env["WORLD_SIZE"] == "4"
+    assert os.environ["RANK"] == "3" and os.environ["WORLD_SIZE"] == "4" and "MASTER_PORT" not in os.environ
+
+
+def test_close_shuts_the_engine_and_deletes_its_files(monkeypatch):
+    monkeypatch.setattr(FakeEngine, "instances", [])
+    model = tiny_llama()
+    sampler = VLLMSampler(api=FAKE_API)
+    sample(sampler, model)
+    workdir = Path(FakeEngine.instances[0].options["model"]).parent
+    assert workdir.is_dir()
+    sampler.close()
+    assert sampler.llm is None and not workdir.exists()
+    sampler.close()  # twice is harmless
+    sample(sampler, model)  # the next call starts a new engine
+    assert len(FakeEngine.instances) == 2
+
+
+def test_engine_dtype_names_and_refuses_others():
+    assert [engine_dtype(d) for d in (None, torch.float32, torch.bfloat16)] == ["auto", "float32", "bfloat16"]
+    with pytest.raises(ValueError, match="dtype=torch.float64: .*choose --precision fp32 or bf16"):
+        engine_dtype(torch.float64)

@@ -80,8 +80,10 @@ def tiny_random_config(tokenizer: Any) -> "transformers.LlamaConfig":
 
 
 def tiny_qwen2_config(tokenizer: Any) -> "transformers.Qwen2Config":
-    """``tiny-qwen2``: the tiny-random shape; Qwen2 always has q/k/v biases (none on o_proj)."""
-    return transformers.Qwen2Config(**_common(tokenizer))
+    """``tiny-qwen2``: hidden 64 in 2 heads of 32 and 1 kv head; Qwen2 always has q/k/v biases
+    (none on o_proj). Qwen2 derives head_dim from hidden / heads, and vLLM's CPU attention takes
+    head sizes 32, 64, …: with 2 heads the model runs on the vLLM CPU engine too."""
+    return transformers.Qwen2Config(**{**_common(tokenizer), "num_attention_heads": 2, "num_key_value_heads": 1})
 
 
 def tiny_qwen3_config(tokenizer: Any) -> "transformers.Qwen3Config":
@@ -101,7 +103,7 @@ def tiny_gemma3_config(tokenizer: Any) -> "transformers.Gemma3TextConfig":
 TINY_MODELS: dict[str, TinySpec] = {
     TINY_RANDOM: TinySpec("3.2M-param Llama (2 layers, hidden 64) with fixed-seed random weights and the "
                           "SmolLM2 tokenizer, for tests and smoke runs", tiny_random_config, "LlamaForCausalLM", False),
-    TINY_QWEN2: TinySpec("3.2M-param Qwen2 (tiny-random's shape plus q/k/v biases), fixed-seed random weights, "
+    TINY_QWEN2: TinySpec("3.2M-param Qwen2 (hidden 64 in 2 heads of 32, 1 kv head, q/k/v biases), fixed-seed random weights, "
                          "SmolLM2 tokenizer, for tests and smoke runs", tiny_qwen2_config, "Qwen2ForCausalLM", True),
     TINY_QWEN3: TinySpec("3.2M-param Qwen3 (q/k RMSNorm, head_dim 32), fixed-seed random weights, SmolLM2 "
                          "tokenizer, for tests and smoke runs", tiny_qwen3_config, "Qwen3ForCausalLM", True),

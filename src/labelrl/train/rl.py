@@ -333,6 +333,9 @@ def _run_rl_locked(cfg: RLConfig, accelerator) -> dict:
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+        close = getattr(run.sampler, "close", None)  # a backend that holds an engine (vllm) shuts it down
+        if close is not None:
+            close()
         run.accelerator.end_training()
     return summary
 

@@ -123,14 +123,15 @@ def prompt_seed(seed: int, step: int, round_index: int, position: int) -> int:
 
 
 def make_sampler(cfg, prompts: list[list[int]]):
-    """The rollout backend; vLLM gets an engine sized by --vllm-gpu-memory and the longest
-    prompt plus the token cap."""
+    """The rollout backend; vLLM gets an engine of its own, sized by --vllm-gpu-memory (on a
+    CPU: by the B·G sequences of a step), for the longest prompt plus the token cap."""
     sampler = BACKENDS.get(cfg.backend)
     if cfg.backend == "vllm":
         from labelrl.rollout.vllm import VLLMSampler
 
         longest = max(len(p) for p in prompts)
-        sampler = VLLMSampler(gpu_memory_utilization=cfg.vllm_gpu_memory, max_model_len=longest + cfg.max_new_tokens)
+        sampler = VLLMSampler(gpu_memory_utilization=cfg.vllm_gpu_memory, max_model_len=longest + cfg.max_new_tokens,
+                              max_sequences=cfg.prompts_per_step * cfg.group_size)
     return sampler
 
 
