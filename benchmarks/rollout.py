@@ -1,14 +1,17 @@
-"""Rollout throughput: labelrl's shared-prompt sampler against Hugging Face ``generate``, in fp32 and bf16.
+"""Rollout throughput: labelrl's shared-prompt sampler against vLLM's CPU engine and Hugging Face ``generate``, in fp32 and bf16.
 
     .venv/bin/python benchmarks/rollout.py [--json OUT] [--runs 3] [--new-tokens 32] [--threads N]
 
 SmolLM2-135M-Instruct, 2 prompts of about 100 tokens (96 and 104, cut from one fixed text,
 so left padding is exercised), G = 4 and 8 samples per prompt, 32 new tokens per sample,
-greedy and sampling (temperature 1). Three backends, each in fp32 and bf16 (six arms):
+greedy and sampling (temperature 1). Four backends, each in fp32 and bf16 (eight arms):
 ``labelrl`` (the sampler with its fast Llama decode step, labelrl.rollout.fast_decode),
-``labelrl-hf`` (the same sampler decoding through the model's own forward, ``fast=False``)
-and ``hf`` (``generate``; bf16 = under bf16 autocast with an fp32 vocabulary projection, as
-labelrl runs the HF forward). EOS is switched off so every sample of every arm generates
+``labelrl-hf`` (the same sampler decoding through the model's own forward, ``fast=False``),
+``vllm`` (vLLM's CPU engine in-process, as ``--backend vllm`` runs it: one engine per
+precision, started before the timings; its CPU worker binds the process's OpenMP threads to
+the cores when it starts, so every arm is timed under that binding; left out when vLLM is
+not installed or with ``--no-vllm``) and ``hf`` (``generate``; bf16 = under bf16 autocast with
+an fp32 vocabulary projection, as labelrl runs the HF forward). EOS is switched off so every sample of every arm generates
 exactly ``--new-tokens`` tokens and the token counts are equal. Each cell is the median of
 ``--runs`` timed runs, the arms alternating run by run so that machine noise hits all alike;
 compare the ratios, not absolute figures across runs. On a shared machine the fastest run of
@@ -36,6 +39,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import importlib.metadata
 import importlib.util
 import os
 import statistics
@@ -58,7 +62,20 @@ def sample_groups_hf_forward(model, prompts, **options):
     return sample_groups(model, prompts, fast=False, **options)
 
 
-BACKENDS = {"labelrl": sample_groups, "labelrl-hf": sample_groups_hf_forward, "hf": generate_groups}
+VLLM_ENGINES: dict = {}  # precision → VLLMSampler, one engine each (an engine's dtype is fixed when it starts)
+
+
+def sample_groups_vllm(model, prompts, *, dtype, **options):
+    from labelrl.rollout.vllm import VLLMSampler
+
+    precision = next(name for name, d in DTYPES.items() if d == dtype)
+    if precision not in VLLM_ENGINES:
+        VLLM_ENGINES[precision] = VLLMSampler(max_model_len=256, max_sequences=16)
+    return VLLM_ENGINES[precision](model, prompts, dtype=dtype, **options)
+
+
+BACKENDS = {"labelrl": sample_groups, "labelrl-hf": sample_groups_hf_forward, "vllm": sample_groups_vllm,
+            "hf": generate_groups}
 ARMS = [f"{backend}/{precision}" for backend in BACKENDS for precision in DTYPES]
 MODES = {"greedy": dict(temperature=0.0), "sample": dict(temperature=1.0)}
 PROMPT_LENGTHS = (96, 104)
@@ -123,11 +140,11 @@ def greedy_agreement(a: list[list[int]], b: list[list[int]]) -> dict:
 
 def measure_cell(model, prompts, group_size: int, mode: str, args, n_params: int) -> dict:
     """Every arm on one (G, mode) cell, runs interleaved; medians and the ratios."""
-    seconds = {arm: [] for arm in ARMS}
+    seconds = {arm: [] for arm in ARMS if arm.split("/")[0] in BACKENDS}
     timings = {arm: [] for arm in ARMS if arm.startswith("labelrl/")}
     outputs = {}
     for run in range(args.runs):
-        for arm in ARMS:
+        for arm in seconds:
             elapsed, batch = run_once(arm, model, prompts, group_size, mode, args.new_tokens, seed=run)
             seconds[arm].append(elapsed)
             outputs[arm] = batch.completion_ids
@@ -149,11 +166,18 @@ def measure_cell(model, prompts, group_size: int, mode: str, args, n_params: int
                       "labelrl_bf16_vs_hf_bf16": ratio("labelrl/bf16", "hf/bf16"),
                       "labelrl_bf16_vs_fp32": ratio("labelrl/bf16", "labelrl/fp32"),
                       "hf_bf16_vs_fp32": ratio("hf/bf16", "hf/fp32")}
+    if "vllm/fp32" in cell:
+        cell["ratios"] |= {"labelrl_fp32_vs_vllm_fp32": ratio("labelrl/fp32", "vllm/fp32"),
+                           "labelrl_bf16_vs_vllm_bf16": ratio("labelrl/bf16", "vllm/bf16"),
+                           "vllm_bf16_vs_hf_fp32": ratio("vllm/bf16", "hf/fp32")}
     cell["ratio_best_runs_labelrl_bf16_vs_hf_fp32"] = cell["hf/fp32"]["min_s"] / cell["labelrl/bf16"]["min_s"]
     if mode == "greedy":
         cell["greedy_identical_across_backends"] = {
             p: outputs[f"labelrl/{p}"] == outputs[f"labelrl-hf/{p}"] == outputs[f"hf/{p}"] for p in DTYPES}
         cell["greedy_bf16_vs_fp32"] = greedy_agreement(outputs["labelrl/fp32"], outputs["labelrl/bf16"])
+        if "vllm/fp32" in cell:  # vLLM's kernels round differently: agreement measured, not assumed
+            cell["greedy_vllm_vs_labelrl"] = {p: greedy_agreement(outputs[f"labelrl/{p}"], outputs[f"vllm/{p}"])
+                                              for p in DTYPES}
     return cell
 
 
@@ -192,15 +216,19 @@ def lora_overhead(model, prompts, args) -> dict:
 def render(report: dict) -> None:
     table = Table(title=f"Rollout tokens/s, SmolLM2-135M, prompts {report['prompt_lengths']} tokens, "
                         f"{report['new_tokens']} new tokens, median of {report['runs']}")
-    for column in ("G", "mode", *ARMS, "labelrl bf16 / hf fp32", "best runs", "labelrl bf16 / fp32",
-                   "labelrl GFLOP/s fp32 | bf16"):
+    arms = [arm for arm in ARMS if arm in report["results"][0]]
+    with_vllm = "vllm/fp32" in arms
+    ratio_columns = ["labelrl bf16 / hf fp32", "best runs", "labelrl bf16 / fp32"]
+    ratio_columns += ["labelrl / vllm fp32 | bf16"] if with_vllm else []
+    for column in ("G", "mode", *arms, *ratio_columns, "labelrl GFLOP/s fp32 | bf16"):
         table.add_column(column, justify="right")
     for cell in report["results"]:
         r = cell["ratios"]
+        versus_vllm = [f"{r['labelrl_fp32_vs_vllm_fp32']:.2f}× | {r['labelrl_bf16_vs_vllm_bf16']:.2f}×"] if with_vllm else []
         table.add_row(
-            str(cell["group_size"]), cell["mode"], *[f"{cell[arm]['tokens_per_s']:.1f}" for arm in ARMS],
+            str(cell["group_size"]), cell["mode"], *[f"{cell[arm]['tokens_per_s']:.1f}" for arm in arms],
             f"{r['labelrl_bf16_vs_hf_fp32']:.2f}×", f"{cell['ratio_best_runs_labelrl_bf16_vs_hf_fp32']:.2f}×",
-            f"{r['labelrl_bf16_vs_fp32']:.2f}×",
+            f"{r['labelrl_bf16_vs_fp32']:.2f}×", *versus_vllm,
             f"{cell['labelrl/fp32']['model_flops'] / 1e9:.1f} | {cell['labelrl/bf16']['model_flops'] / 1e9:.1f}",
         )
     console = Console(width=max(Console().width, 170))
@@ -213,6 +241,9 @@ def render(report: dict) -> None:
             agree = cell["greedy_bf16_vs_fp32"]
             line += (f"; greedy identical across backends {cell['greedy_identical_across_backends']}; bf16 vs fp32 greedy "
                      f"identical {agree['identical_share']:.0%}, first differences at {agree['first_difference_at']}")
+        if "greedy_vllm_vs_labelrl" in cell:
+            line += "; vLLM vs labelrl greedy identical " + ", ".join(
+                f"{p} {a['identical_share']:.0%}" for p, a in cell["greedy_vllm_vs_labelrl"].items())
         console.print(line)
     for precision, rows in report["lora_overhead"].items():
         b, a = rows["before"], rows["after"]
@@ -230,28 +261,33 @@ def main() -> None:
     parser.add_argument("--new-tokens", type=int, default=32, help="tokens generated per sample")
     parser.add_argument("--groups", type=int, nargs="+", default=[4, 8], help="samples per prompt (G)")
     parser.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice)")
+    parser.add_argument("--no-vllm", action="store_true", help="leave out vLLM's engine")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
+    if args.no_vllm or importlib.util.find_spec("vllm") is None:
+        del BACKENDS["vllm"]
 
     model, tokenizer = load_smollm2()
     model.requires_grad_(False)  # frozen, as in evaluation: its packed weights are reused
     prompts = fixed_prompts(tokenizer)
     n_params = sum(p.numel() for p in model.parameters())
     machine_before = busy_note()
-    for arm in ARMS:  # first-call overheads stay out of the timings
-        run_once(arm, model, prompts, 2, "sample", 4, seed=0)
+    for arm in ARMS:  # first-call overheads (vLLM: the engine's start) stay out of the timings
+        if arm.split("/")[0] in BACKENDS:
+            run_once(arm, model, prompts, 2, "sample", 4, seed=0)
     results = [measure_cell(model, prompts, g, mode, args, n_params) for g in args.groups for mode in MODES]
     report = {
         "model": "smollm2-135m-instruct", "params": n_params, "prompt_lengths": [len(p) for p in prompts],
         "new_tokens": args.new_tokens, "runs": args.runs, "torch_threads": torch.get_num_threads(),
         "matmul_flops": machine_rates(), "results": results, "lora_overhead": lora_overhead(model, prompts, args),
         "machine": f"start: {machine_before}; end: {busy_note()}",
+        "vllm": importlib.metadata.version("vllm") if "vllm" in BACKENDS else None,
     }
     render(report)
     if args.json:
         atomic_write_json(args.json, report)
 
 
-if __name__ == "__main__":
+if __name__ == "__main__":  # vLLM's engine may spawn processes: the guard keeps them from re-running this
     main()

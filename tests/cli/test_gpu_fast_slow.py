@@ -1,5 +1,6 @@
-"""`labelrl ladder gpu --fast`: the GPU recipe's every arm type on tiny-random on a CPU, with a
-local fake teacher endpoint, and every report section built from the files."""
+"""`labelrl ladder gpu --fast`: the GPU recipe's every arm type on tiny-qwen2 (the recipe model's
+architecture) on a CPU, its rollouts through the real vLLM engine (vLLM's CPU build) as on a GPU
+machine, with a local fake teacher endpoint, and every report section built from the files."""
 
 from __future__ import annotations
 
@@ -39,6 +40,13 @@ def test_gpu_recipe_fast_overlay_runs_every_arm_type(tmp_path):
     assert {a["type"] for a in spam.values()} == {"relabel", "sft", "rl", "random_reward", "distill", "cot_sft", "cot_rl",
                                                   "control", "threshold"}
     assert {n: a["status"] for n, a in spam.items() if a["status"] != "done"} == {}
+    rl_arms = {n: a for task in state["tasks"].values() for n, a in task["arms"].items() if "backend" in a["config"]}
+    assert len(rl_arms) >= 8 and {a["config"]["backend"] for a in rl_arms.values()} == {"vllm"}
+    assert spam["sft"]["config"]["model"] == "tiny-qwen2"
+    grpo_dir = out / "spam" / "grpo"
+    assert [json.loads(line)["step"] for line in (grpo_dir / "metrics.jsonl").read_text().splitlines()] == [1, 2]
+    config = json.loads((grpo_dir / "model" / "config.json").read_text())
+    assert config["architectures"] == ["Qwen2ForCausalLM"]
     for name in ("think_384", "think_1024"):  # reasoning-mode GRPO from the direct SFT model, scored at its cap
         assert spam[name]["config"]["mode"] == "reasoning" and spam[name]["eval_max_new_tokens"] == spam[name]["config"]["max_new_tokens"]
     assert spam["sft"]["answer_keys"]["relabel"]["holdout"]["n"] > 0 and spam["sft"]["pass_at_k"]["k"] == 2

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 
 import pytest
 import yaml
+from pydantic import ValidationError
 
 from labelrl.ladder.arms import arm_config
 from labelrl.ladder.recipe import apply_set, deep_merge, load_recipe, run_order
@@ -24,11 +26,21 @@ def _recipe(**arms) -> dict:
 
 
 def test_builtin_recipes_load_and_resolve_every_arm(tmp_path):
-    for name, fast in (("demo", False), ("demo", True), ("gpu", False)):
+    has_vllm = importlib.util.find_spec("vllm") is not None
+    for name, fast in (("demo", False), ("demo", True), ("gpu", False), ("gpu", True)):
         recipe = load_recipe(name, fast=fast)
         for task_name, task in recipe.tasks.items():
             for arm in task.arms:
-                arm_config(recipe, task_name, arm, tmp_path)  # raises on any bad option
+                try:
+                    arm_config(recipe, task_name, arm, tmp_path)  # raises on any bad option
+                except ValidationError as exc:
+                    # the GPU recipe samples through vLLM: without it, its RL arms say how to install it
+                    assert name == "gpu" and not has_vllm and "needs the vllm package" in str(exc), exc
+    # the GPU recipe's fast overlay: its model's architecture (Qwen2), its rollouts through vLLM
+    gpu_fast = load_recipe("gpu", fast=True)
+    assert load_recipe("gpu").model == "models/qwen2.5-0.5b-instruct" and gpu_fast.model == "tiny-qwen2"
+    if has_vllm:
+        assert arm_config(gpu_fast, "spam", "grpo", tmp_path).backend == "vllm"
     demo = load_recipe("demo")
     assert demo.model == "smollm2-135m-instruct" and load_recipe("demo", fast=True).model == "tiny-random"
     assert demo.tasks["movies"].rubric.is_file()  # relative to the recipe, not to the working directory

@@ -331,3 +331,16 @@ def test_engine_dtype_names_and_refuses_others():
     assert [engine_dtype(d) for d in (None, torch.float32, torch.bfloat16)] == ["auto", "float32", "bfloat16"]
     with pytest.raises(ValueError, match="dtype=torch.float64: .*choose --precision fp32 or bf16"):
         engine_dtype(torch.float64)
+
+
+def test_a_vllm_without_reload_weights_gets_load_weights_on_the_runners_model(monkeypatch):
+    from labelrl.rollout.vllm import reload_engine_weights
+
+    loaded = []
+    runner = SimpleNamespace(model=SimpleNamespace(load_weights=lambda weights: loaded.append(dict(weights))))
+    older = SimpleNamespace(llm_engine=SimpleNamespace(model_executor=SimpleNamespace(
+        driver_worker=SimpleNamespace(model_runner=runner))))
+    reload_engine_weights(older, iter([("w", torch.ones(2))]))
+    assert list(loaded[0]) == ["w"]
+    with pytest.raises(ValueError, match="cannot reach the vLLM engine's worker.*--lora"):
+        reload_engine_weights(SimpleNamespace(llm_engine=SimpleNamespace()), iter([]))

@@ -246,18 +246,23 @@ def launcher_env() -> Iterator[None]:
 def reload_engine_weights(llm, weights: Iterator[tuple[str, torch.Tensor]]) -> None:
     """Load new weights into the in-process engine's model, in place.
 
-    vLLM's worker ``reload_weights`` (vLLM ≥ 0.20) takes checkpoint-format tensors and redoes
-    the processing that followed the first load; a plain ``model.load_weights`` after that
-    processing fails on platforms that repack weights (the CPU one does: its linear layers'
-    parameters lose their weight loaders)."""
+    vLLM's worker ``reload_weights`` (vLLM 0.32 has it) takes checkpoint-format tensors and
+    redoes the processing that followed the first load; a plain ``model.load_weights`` after
+    that processing fails on platforms that repack weights (the CPU one does: its linear
+    layers' parameters lose their weight loaders). A vLLM without ``reload_weights`` gets
+    ``load_weights`` on the model runner's model, the path TRL's colocate mode uses on GPUs."""
     worker = getattr(getattr(llm.llm_engine, "model_executor", None), "driver_worker", None)
-    if worker is None or not hasattr(worker, "reload_weights"):
+    if worker is not None and hasattr(worker, "reload_weights"):
+        worker.reload_weights(weights_iterator=weights, is_checkpoint_format=True)
+        return
+    model = getattr(getattr(worker, "model_runner", None), "model", None)
+    if model is None:
         raise ValueError(
             "cannot reach the vLLM engine's worker to load new weights (llm.llm_engine.model_executor."
-            "driver_worker.reload_weights); use vLLM 0.20 or newer with the engine in-process "
-            "(distributed_executor_backend='external_launcher'), or train with --lora (adapters sync by LoRARequest)"
+            "driver_worker); use a vLLM whose LLM runs in-process with distributed_executor_backend="
+            "'external_launcher' (0.32 is tested), or train with --lora (adapters sync by LoRARequest)"
         )
-    worker.reload_weights(weights_iterator=weights, is_checkpoint_format=True)
+    model.load_weights(weights)
 
 
 class VLLMSampler:
