@@ -1,10 +1,12 @@
 """Rollout throughput: labelrl's shared-prompt sampler against vLLM's CPU engine and Hugging Face ``generate``, in fp32 and bf16.
 
     .venv/bin/python benchmarks/rollout.py [--json OUT] [--runs 3] [--new-tokens 32] [--threads N]
+                                           [--precisions fp32 bf16] [--no-vllm]
 
 SmolLM2-135M-Instruct, 2 prompts of about 100 tokens (96 and 104, cut from one fixed text,
 so left padding is exercised), G = 4 and 8 samples per prompt, 32 new tokens per sample,
-greedy and sampling (temperature 1). Four backends, each in fp32 and bf16 (eight arms):
+greedy and sampling (temperature 1). Four backends, each in fp32 and bf16 (eight arms;
+``--precisions fp32`` on a CPU without native bf16 products, where bf16 is emulated):
 ``labelrl`` (the sampler with its fast Llama decode step, labelrl.rollout.fast_decode),
 ``labelrl-hf`` (the same sampler decoding through the model's own forward, ``fast=False``),
 ``vllm`` (vLLM's CPU engine in-process, as ``--backend vllm`` runs it: one engine per
@@ -39,7 +41,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import importlib.metadata
 import importlib.util
 import os
 import statistics
@@ -76,7 +77,11 @@ def sample_groups_vllm(model, prompts, *, dtype, **options):
 
 BACKENDS = {"labelrl": sample_groups, "labelrl-hf": sample_groups_hf_forward, "vllm": sample_groups_vllm,
             "hf": generate_groups}
-ARMS = [f"{backend}/{precision}" for backend in BACKENDS for precision in DTYPES]
+PRECISIONS = list(DTYPES)  # --precisions narrows it
+ARMS: list[str] = []  # backend/precision, set in main() from BACKENDS and PRECISIONS
+RATIOS = [("labelrl/bf16", "hf/fp32"), ("labelrl/fp32", "hf/fp32"), ("labelrl/bf16", "hf/bf16"),
+          ("labelrl/bf16", "labelrl/fp32"), ("hf/bf16", "hf/fp32"), ("labelrl/fp32", "vllm/fp32"),
+          ("labelrl/bf16", "vllm/bf16"), ("vllm/fp32", "hf/fp32"), ("vllm/bf16", "hf/fp32")]
 MODES = {"greedy": dict(temperature=0.0), "sample": dict(temperature=1.0)}
 PROMPT_LENGTHS = (96, 104)
 TEXT = (
@@ -140,7 +145,7 @@ def greedy_agreement(a: list[list[int]], b: list[list[int]]) -> dict:
 
 def measure_cell(model, prompts, group_size: int, mode: str, args, n_params: int) -> dict:
     """Every arm on one (G, mode) cell, runs interleaved; medians and the ratios."""
-    seconds = {arm: [] for arm in ARMS if arm.split("/")[0] in BACKENDS}
+    seconds = {arm: [] for arm in ARMS}
     timings = {arm: [] for arm in ARMS if arm.startswith("labelrl/")}
     outputs = {}
     for run in range(args.runs):
@@ -160,24 +165,20 @@ def measure_cell(model, prompts, group_size: int, mode: str, args, n_params: int
         for key in ("fuse_s", "prefill_s", "decode_s"):
             cell[arm][key + "_median"] = statistics.median(t[key] for t in runs)
         cell[arm]["fast_decode_used"] = all(t["fast_decode"] == 1.0 for t in runs)
-    ratio = lambda a, b: cell[a]["tokens_per_s"] / cell[b]["tokens_per_s"]  # noqa: E731
-    cell["ratios"] = {"labelrl_bf16_vs_hf_fp32": ratio("labelrl/bf16", "hf/fp32"),
-                      "labelrl_fp32_vs_hf_fp32": ratio("labelrl/fp32", "hf/fp32"),
-                      "labelrl_bf16_vs_hf_bf16": ratio("labelrl/bf16", "hf/bf16"),
-                      "labelrl_bf16_vs_fp32": ratio("labelrl/bf16", "labelrl/fp32"),
-                      "hf_bf16_vs_fp32": ratio("hf/bf16", "hf/fp32")}
-    if "vllm/fp32" in cell:
-        cell["ratios"] |= {"labelrl_fp32_vs_vllm_fp32": ratio("labelrl/fp32", "vllm/fp32"),
-                           "labelrl_bf16_vs_vllm_bf16": ratio("labelrl/bf16", "vllm/bf16"),
-                           "vllm_bf16_vs_hf_fp32": ratio("vllm/bf16", "hf/fp32")}
-    cell["ratio_best_runs_labelrl_bf16_vs_hf_fp32"] = cell["hf/fp32"]["min_s"] / cell["labelrl/bf16"]["min_s"]
+    def ratio(a: str, b: str) -> float | None:  # None where an arm was left out (--precisions, --no-vllm)
+        return cell[a]["tokens_per_s"] / cell[b]["tokens_per_s"] if a in cell and b in cell else None
+
+    cell["ratios"] = {f"{a.replace('/', '_')}_vs_{b.replace('/', '_')}": ratio(a, b) for a, b in RATIOS}
+    best = ("labelrl/bf16" if "labelrl/bf16" in cell else "labelrl/fp32")
+    cell["ratio_best_runs_labelrl_vs_hf_fp32"] = {"arm": best, "ratio": cell["hf/fp32"]["min_s"] / cell[best]["min_s"]}
     if mode == "greedy":
         cell["greedy_identical_across_backends"] = {
-            p: outputs[f"labelrl/{p}"] == outputs[f"labelrl-hf/{p}"] == outputs[f"hf/{p}"] for p in DTYPES}
-        cell["greedy_bf16_vs_fp32"] = greedy_agreement(outputs["labelrl/fp32"], outputs["labelrl/bf16"])
-        if "vllm/fp32" in cell:  # vLLM's kernels round differently: agreement measured, not assumed
+            p: outputs[f"labelrl/{p}"] == outputs[f"labelrl-hf/{p}"] == outputs[f"hf/{p}"] for p in PRECISIONS}
+        if len(PRECISIONS) == 2:
+            cell["greedy_bf16_vs_fp32"] = greedy_agreement(outputs["labelrl/fp32"], outputs["labelrl/bf16"])
+        if "vllm" in BACKENDS:  # vLLM's kernels round differently: agreement measured, not assumed
             cell["greedy_vllm_vs_labelrl"] = {p: greedy_agreement(outputs[f"labelrl/{p}"], outputs[f"vllm/{p}"])
-                                              for p in DTYPES}
+                                              for p in PRECISIONS}
     return cell
 
 
@@ -199,7 +200,8 @@ def lora_overhead(model, prompts, args) -> dict:
     before = copy.deepcopy(after).requires_grad_(False)  # frozen adapter: folded and packed, cache cleared each call
     options = dict(group_size=4, max_new_tokens=args.new_tokens, eos_token_ids=[], pad_token_id=0, temperature=1.0)
     out: dict = {}
-    for precision, dtype in DTYPES.items():
+    for precision in PRECISIONS:
+        dtype = DTYPES[precision]
         sample_groups(after, prompts, dtype=dtype, seed=0, **options)  # the one packing of the base
         runs: dict[str, list] = {"before": [], "after": []}
         for run in range(args.runs):
@@ -216,31 +218,30 @@ def lora_overhead(model, prompts, args) -> dict:
 def render(report: dict) -> None:
     table = Table(title=f"Rollout tokens/s, SmolLM2-135M, prompts {report['prompt_lengths']} tokens, "
                         f"{report['new_tokens']} new tokens, median of {report['runs']}")
-    arms = [arm for arm in ARMS if arm in report["results"][0]]
-    with_vllm = "vllm/fp32" in arms
-    ratio_columns = ["labelrl bf16 / hf fp32", "best runs", "labelrl bf16 / fp32"]
-    ratio_columns += ["labelrl / vllm fp32 | bf16"] if with_vllm else []
-    for column in ("G", "mode", *arms, *ratio_columns, "labelrl GFLOP/s fp32 | bf16"):
+    fmt = lambda value: "–" if value is None else f"{value:.2f}×"  # noqa: E731
+    shown = [key for key in report["results"][0]["ratios"] if report["results"][0]["ratios"][key] is not None]
+    for column in ("G", "mode", *ARMS, *[k.replace("_vs_", " / ").replace("_", " ") for k in shown], "best runs",
+                   "labelrl GFLOP/s " + " | ".join(PRECISIONS)):
         table.add_column(column, justify="right")
     for cell in report["results"]:
-        r = cell["ratios"]
-        versus_vllm = [f"{r['labelrl_fp32_vs_vllm_fp32']:.2f}× | {r['labelrl_bf16_vs_vllm_bf16']:.2f}×"] if with_vllm else []
+        best = cell["ratio_best_runs_labelrl_vs_hf_fp32"]
         table.add_row(
-            str(cell["group_size"]), cell["mode"], *[f"{cell[arm]['tokens_per_s']:.1f}" for arm in arms],
-            f"{r['labelrl_bf16_vs_hf_fp32']:.2f}×", f"{cell['ratio_best_runs_labelrl_bf16_vs_hf_fp32']:.2f}×",
-            f"{r['labelrl_bf16_vs_fp32']:.2f}×", *versus_vllm,
-            f"{cell['labelrl/fp32']['model_flops'] / 1e9:.1f} | {cell['labelrl/bf16']['model_flops'] / 1e9:.1f}",
+            str(cell["group_size"]), cell["mode"], *[f"{cell[arm]['tokens_per_s']:.1f}" for arm in ARMS],
+            *[fmt(cell["ratios"][key]) for key in shown], f"{best['ratio']:.2f}× ({best['arm']} vs hf/fp32)",
+            " | ".join(f"{cell[f'labelrl/{p}']['model_flops'] / 1e9:.1f}" for p in PRECISIONS),
         )
-    console = Console(width=max(Console().width, 170))
+    console = Console(width=max(Console().width, 200))
     console.print(table)
     for cell in report["results"]:
         parts = [f"{p}: fuse {cell[f'labelrl/{p}']['fuse_s_median']:.3f} s, prefill {cell[f'labelrl/{p}']['prefill_s_median']:.2f} s, "
-                 f"decode {cell[f'labelrl/{p}']['decode_s_median']:.2f} s" for p in DTYPES]
+                 f"decode {cell[f'labelrl/{p}']['decode_s_median']:.2f} s" for p in PRECISIONS]
         line = f"G={cell['group_size']} {cell['mode']}: labelrl per call (medians) " + "; ".join(parts)
+        if "greedy_identical_across_backends" in cell:
+            line += f"; greedy identical across labelrl, labelrl-hf and hf {cell['greedy_identical_across_backends']}"
         if "greedy_bf16_vs_fp32" in cell:
             agree = cell["greedy_bf16_vs_fp32"]
-            line += (f"; greedy identical across backends {cell['greedy_identical_across_backends']}; bf16 vs fp32 greedy "
-                     f"identical {agree['identical_share']:.0%}, first differences at {agree['first_difference_at']}")
+            line += (f"; bf16 vs fp32 greedy identical {agree['identical_share']:.0%}, first differences at "
+                     f"{agree['first_difference_at']}")
         if "greedy_vllm_vs_labelrl" in cell:
             line += "; vLLM vs labelrl greedy identical " + ", ".join(
                 f"{p} {a['identical_share']:.0%}" for p, a in cell["greedy_vllm_vs_labelrl"].items())
@@ -262,11 +263,16 @@ def main() -> None:
     parser.add_argument("--groups", type=int, nargs="+", default=[4, 8], help="samples per prompt (G)")
     parser.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice)")
     parser.add_argument("--no-vllm", action="store_true", help="leave out vLLM's engine")
+    parser.add_argument("--precisions", nargs="+", choices=list(DTYPES), default=list(DTYPES),
+                        help="precisions to run (on a CPU without native bf16, bf16 is emulated and slow: fp32 alone)")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
     if args.no_vllm or importlib.util.find_spec("vllm") is None:
         del BACKENDS["vllm"]
+    PRECISIONS[:] = args.precisions
+    ARMS[:] = [f"{backend}/{precision}" for backend in BACKENDS for precision in PRECISIONS]
+    rates = machine_rates()  # before vLLM's engine binds the process's threads
 
     model, tokenizer = load_smollm2()
     model.requires_grad_(False)  # frozen, as in evaluation: its packed weights are reused
@@ -274,15 +280,14 @@ def main() -> None:
     n_params = sum(p.numel() for p in model.parameters())
     machine_before = busy_note()
     for arm in ARMS:  # first-call overheads (vLLM: the engine's start) stay out of the timings
-        if arm.split("/")[0] in BACKENDS:
-            run_once(arm, model, prompts, 2, "sample", 4, seed=0)
+        run_once(arm, model, prompts, 2, "sample", 4, seed=0)
     results = [measure_cell(model, prompts, g, mode, args, n_params) for g in args.groups for mode in MODES]
     report = {
         "model": "smollm2-135m-instruct", "params": n_params, "prompt_lengths": [len(p) for p in prompts],
         "new_tokens": args.new_tokens, "runs": args.runs, "torch_threads": torch.get_num_threads(),
-        "matmul_flops": machine_rates(), "results": results, "lora_overhead": lora_overhead(model, prompts, args),
+        "matmul_flops": rates, "results": results, "lora_overhead": lora_overhead(model, prompts, args),
         "machine": f"start: {machine_before}; end: {busy_note()}",
-        "vllm": importlib.metadata.version("vllm") if "vllm" in BACKENDS else None,
+        "vllm": __import__("vllm").__version__ if "vllm" in BACKENDS else None,
     }
     render(report)
     if args.json:
