@@ -52,6 +52,7 @@ from typing import Any, Callable, Iterator, Sequence
 
 import torch
 
+from labelrl.rollout.fused import base_model
 from labelrl.rollout.sampler import RolloutBatch, check_prompt_seeds, check_sampling_args, make_generator, normalise_eos
 
 PIP_HINT = "pip install 'labelrl[vllm]'"
@@ -169,7 +170,7 @@ def base_weights(model: torch.nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
 def tied_head_name(model: torch.nn.Module) -> str | None:
     """Hugging Face name of the output embedding's weight when it is the input embedding's
     (tied, so ``named_parameters`` lists it once, under the input name); else None."""
-    base = model.get_base_model() if is_lora(model) else model
+    base = base_model(model)
     head, embed = base.get_output_embeddings(), base.get_input_embeddings()
     if head is None or embed is None or head.weight is not embed.weight:
         return None
@@ -185,8 +186,7 @@ def engine_weights(model: torch.nn.Module) -> Iterator[tuple[str, torch.Tensor]]
     yield from base_weights(model)
     head = tied_head_name(model)
     if head is not None:
-        base = model.get_base_model() if is_lora(model) else model
-        yield head, base.get_output_embeddings().weight.detach()
+        yield head, base_model(model).get_output_embeddings().weight.detach()
 
 
 def write_engine_model(model: torch.nn.Module, directory: Path) -> Path:
@@ -194,7 +194,7 @@ def write_engine_model(model: torch.nn.Module, directory: Path) -> Path:
     embeddings are written untied (``engine_weights``)."""
     from safetensors.torch import save_file
 
-    base = model.get_base_model() if is_lora(model) else model
+    base = base_model(model)
     config = base.config.to_dict()
     config.pop("quantization_config", None)  # a GGUF-loaded model's weights are plain tensors by now
     if not config.get("architectures"):
@@ -351,7 +351,7 @@ class VLLMSampler:
             options["max_model_len"] = self.max_model_len
         if self.api.on_cpu:
             # No CUDA graphs to capture on a CPU; the KV cache is a stated size, not a share of a device.
-            config = (model.get_base_model() if is_lora(model) else model).config
+            config = base_model(model).config
             cache_dtype = dtype if dtype is not None else torch.float32
             tokens = self.max_model_len or config.max_position_embeddings
             cache = self.kv_cache_bytes or kv_cache_bytes(config, sequences=self.max_sequences, tokens=tokens,
