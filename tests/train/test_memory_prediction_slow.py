@@ -1,0 +1,71 @@
+"""The memory preflight against the process's real peak, on SmolLM2 + LoRA and long-tailed texts
+(slow): the prediction is not below what the run used, nor far above it, and a budget under the
+plain pass's peak turns checkpointing on and keeps the run within it.
+
+Each run is its own process: the peak resident memory of a pytest worker holds every earlier test.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+GIB_MB = 1024.0
+
+RUN = """
+import json, sys
+from labelrl.fileio import read_jsonl
+from labelrl.train.config import SFTConfig
+from labelrl.train.sft import run_sft
+options = json.loads(sys.argv[1])
+summary = run_sft(SFTConfig(model="smollm2-135m-instruct", text_col=["text"], label_col="label", lora=True,
+                            batch_size=8, max_length=1400, eval_every=10_000, eval_limit=4, quiet=True, seed=0,
+                            **options))
+peak = max(r["perf/peak_memory_mb"] for r in read_jsonl(options["out"] + "/sft_metrics.jsonl"))
+print("RESULT " + json.dumps({"memory": summary["memory"], "peak_mb": peak}))
+"""
+
+
+def long_tailed_csv(path: Path, items: int) -> Path:
+    """The benchmark's generated reviews (median ≈ 280 characters, a long tail to ~2,700)."""
+    spec = importlib.util.spec_from_file_location("long_inputs", REPO / "benchmarks" / "long_inputs.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(REPO / "benchmarks"))
+    module.make_reviews(path, items)
+    return path
+
+
+def sft_in_a_process(tmp_path: Path, name: str, data: Path, **options) -> dict:
+    options = {"data": str(data), "out": str(tmp_path / name), "max_steps": 3, **options}
+    done = subprocess.run([sys.executable, "-c", RUN, json.dumps(options)], capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    line = [ln for ln in done.stdout.splitlines() if ln.startswith("RESULT ")][-1]
+    return json.loads(line.removeprefix("RESULT "))
+
+
+@pytest.mark.slow
+def test_the_preflight_brackets_the_peak_and_a_budget_holds(tmp_path):
+    data = long_tailed_csv(tmp_path / "reviews.csv", 400)
+    plain = sft_in_a_process(tmp_path, "plain", data, gradient_checkpointing=False)
+    predicted = plain["memory"]["predicted_peak_mb"]
+    # not below what the run used (the budget decision would be unsafe), nor far above it
+    assert plain["peak_mb"] <= predicted <= 1.5 * plain["peak_mb"], plain
+
+    # a budget the plain pass would exceed but the checkpointed pass fits
+    budget_gib = 0.5 * (predicted + plain["memory"]["predicted_peak_checkpointed_mb"]) / GIB_MB
+    assert plain["peak_mb"] > budget_gib * GIB_MB, plain  # the plain pass would not have kept to it
+    tight = sft_in_a_process(tmp_path, "tight", data, memory_budget=budget_gib)
+    assert tight["memory"]["gradient_checkpointing"] is True and "budget" in tight["memory"]["reason"], tight
+    assert tight["memory"]["fits"] is True
+    assert tight["peak_mb"] <= budget_gib * GIB_MB, tight
+    assert tight["peak_mb"] <= tight["memory"]["predicted_peak_checkpointed_mb"], tight
