@@ -28,6 +28,10 @@ saved activations without checkpointing and by 1.08× of them with it (the holes
 recomputed layers, not the one layer's share the tensors alone would need). The CPU
 prediction scales by these factors, rounded up (``HEAP_GROWTH``); the saved activations
 themselves stay measured, not guessed.
+
+``--gradient-checkpointing`` forces it on or off; unset, it is turned on when the predicted
+peak of the largest batch exceeds ``--memory-budget`` (GiB; default half the machine's
+memory, or of the GPU's).
 """
 
 from __future__ import annotations
