@@ -136,3 +136,26 @@ def test_cpu_prediction_adds_the_heaps_measured_growth_and_a_gpu_the_tensors():
     assert M.HEAP_GROWTH["checkpointed"] < M.HEAP_GROWTH["plain"]
     assert M.activation_growth_bytes(cost, 400, model, False, gpu) == plain
     assert M.activation_growth_bytes(cost, 400, model, True, gpu) == checkpointed
+
+
+PARENT = """
+import resource, subprocess, sys
+held = bytearray(b"\\x01") * (1536 * 2**20)  # 1.5 GiB, every page written
+del held
+child = "from labelrl.train.setup import peak_memory_mb; print(peak_memory_mb())"
+reported = float(subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, check=True).stdout)
+print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, reported)
+"""
+
+
+def test_a_run_started_from_a_large_process_reports_its_own_peak():
+    # getrusage's ru_maxrss starts at the peak of the process a run was launched from (exec keeps
+    # it): a run started from a pytest worker that had held 5.5 GB reported 5.5 GB.
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", PARENT], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    parent_peak, child_peak = map(float, done.stdout.split())
+    assert parent_peak >= 1536
+    assert 0 < child_peak < 1024, (parent_peak, child_peak)  # the child imports torch: a few hundred MB

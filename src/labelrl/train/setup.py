@@ -17,6 +17,7 @@ import yaml
 
 from labelrl.fileio import atomic_write_text
 from labelrl.train.config import ModelOptions
+from labelrl.train.memory import peak_resident_bytes
 
 
 def init_run_dir(cfg, command: str, *, write: bool = True) -> Path:
@@ -94,9 +95,7 @@ def peak_memory_mb() -> float:
     """Peak resident memory of this process (CUDA peak allocation when on GPU)."""
     if torch.cuda.is_available():
         return torch.cuda.max_memory_allocated() / 2**20
-    import resource
-
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return peak_resident_bytes() / 2**20
 
 
 def ordered_indices(n: int, start: int, count: int, seed: int) -> list[int]:
