@@ -13,7 +13,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 from labelrl.models.precision import compute
 from labelrl.rollout import sample_groups
 from labelrl.rollout.fast_decode import FastLlamaDecoder, clear_fused_cache, fuse_llama
-from labelrl.rollout.fused import _CACHE, _mkldnn_linear_available, base_model
+from labelrl.rollout.fused import _CACHE, _mkldnn_linear_available, base_model, kept_bytes
 from labelrl.rollout.sampler import HFStepper, _prefill
 
 PROMPTS = [[1, 5, 6, 7, 8, 9, 10], [1, 20, 21], [1, 30, 31, 32, 33]]
@@ -210,3 +210,30 @@ def test_bf16_decode_of_each_family_rounds_where_bf16_autocast_rounds(name):
     assert (errors > 1e-5).float().mean() <= 0.15 and errors.max() < 5e-3
     below_bf16 = torch.stack([(a - b).abs().amax(-1) for a, b in zip(hf16, fp32)])
     assert below_bf16.min() > 1e-4  # bf16 really ran, in every row
+
+
+def _packed_storage_bytes(model) -> int:
+    entries = _CACHE.get(base_model(model), {})
+    linears = [p for _, packed in entries.values() for layer in packed for p in (layer if isinstance(layer, tuple) else (layer,))]
+    # oneDNN's packed tensors are opaque (no storage to read): their elements × element size
+    return sum(t.numel() * t.element_size() for t in (p.packed if p.packed is not None else p.weight for p in linears))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_kept_bytes_is_what_the_packed_base_holds_once_sampling_keeps_it(dtype):
+    # The memory plan of an RL run counts these bytes: the pack outlives every sampling call.
+    wrapped = lora_model()
+    clear_fused_cache(wrapped)
+    expected = kept_bytes(wrapped, dtype)
+    assert expected > 0 and _packed_storage_bytes(wrapped) == 0
+    run(wrapped, dtype=dtype)
+    held = _packed_storage_bytes(wrapped)
+    assert held == expected
+    assert kept_bytes(wrapped, dtype) == 0  # held already: nothing more to come
+
+
+def test_kept_bytes_is_zero_when_the_base_trains():
+    model = tiny_llama()
+    assert kept_bytes(model, torch.float32) == 0
+    run(model)
+    assert _packed_storage_bytes(model) == 0

@@ -292,6 +292,20 @@ def packed_weights(base: nn.Module, rows: int, dtype: torch.dtype) -> tuple[list
     return packed, False
 
 
+def kept_bytes(model: nn.Module, dtype: torch.dtype) -> int:
+    """Bytes sampling in ``dtype`` will keep between calls that it does not keep yet: the packed
+    base (every decoder projection in ``dtype``, the vocabulary projection in fp32; oneDNN's
+    blocked layout adds no more than its padding). 0 when the cache already holds a valid pack,
+    and when nothing is kept (a base that trains is packed anew per call and freed)."""
+    base = base_model(model)
+    key = _cache_key(base, dtype)
+    hit = _CACHE.get(base, {}).get(dtype)
+    if key is None or (hit is not None and hit[0] == key):
+        return 0
+    size = torch.empty((), dtype=dtype).element_size()
+    return sum(frozen_weight(m).numel() for m in _packed_modules(base)[:-1]) * size + frozen_weight(base.lm_head).numel() * 4
+
+
 def clear_fused_cache(model: nn.Module | None = None) -> None:
     """Drop the packed base of ``model`` (of every model when None)."""
     if model is None:

@@ -181,15 +181,19 @@ def activation_growth_bytes(cost: ActivationCost, tokens: int, model, checkpoint
 
 
 def plan_memory(model, dtype: torch.dtype, *, tokens: int, tokens_checkpointed: int | None = None,
-                logit_positions: int, requested: bool | None, budget_gib: float | None) -> MemoryPlan:
+                logit_positions: int, requested: bool | None, budget_gib: float | None,
+                held_bytes: int = 0) -> MemoryPlan:
     """Predict the peak of a batch of ``tokens`` positions (``tokens_checkpointed`` when the
     checkpointed pass forwards more, as RL's plain pass does) whose loss reads
-    ``logit_positions`` logits, and decide on checkpointing (``requested`` wins when set)."""
+    ``logit_positions`` logits, and decide on checkpointing (``requested`` wins when set).
+    ``held_bytes``: what the run will hold through its training passes that it does not hold
+    yet (RL: the sampler's packed weights)."""
     device = next(model.parameters()).device
     budget = memory_budget_bytes(budget_gib, device)
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     vocab = model.config.vocab_size
-    base = current_bytes(device) + trainable * OPTIMIZER_BYTES_PER_TRAINABLE + LOGIT_COPIES * logit_positions * vocab * 4
+    base = (current_bytes(device) + held_bytes + trainable * OPTIMIZER_BYTES_PER_TRAINABLE
+            + LOGIT_COPIES * logit_positions * vocab * 4)
     cost = probe_activations(model, dtype)
     plain = base + activation_growth_bytes(cost, tokens, model, False, device)
     checkpointed = base + activation_growth_bytes(cost, tokens_checkpointed or tokens, model, True, device)

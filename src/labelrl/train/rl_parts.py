@@ -16,9 +16,12 @@ from labelrl.losses import policy_loss
 from labelrl.rewards.grade import parse_class_rewards, read_reward_table, success_threshold
 from labelrl.rewards.reward_fn import RewardConfig, score_completions
 from labelrl.rollout import BACKENDS
+from labelrl.rollout.fast_decode import unsupported_reason
+from labelrl.rollout.fused import kept_bytes
 from labelrl.rollout.logprobs import completion_logprobs_shared
 from labelrl.rollout.sampler import pad_id
 from labelrl.train.distributed import gather_objects
+from labelrl.train.memory import plan_memory
 from labelrl.train.presets import resolve_preset
 from labelrl.train.setup import peak_memory_mb  # noqa: F401  (re-exported for the loop)
 from labelrl.types import LabelSpace
@@ -100,14 +103,15 @@ def plan_rl_memory(cfg, model, dtype: torch.dtype, prompts: list[list[int]], sha
     """The memory plan of the training pass at its largest: this process's share of the B
     prompts, each the longest training prompt, with G completions of ``max_new_tokens``. The
     shared pass forwards B·(P + G·T) positions; with checkpointing the plain pass runs
-    instead (transformers drops the cache inside checkpointed layers): B·G·(P + T)."""
-    from labelrl.train.memory import plan_memory
-
+    instead (transformers drops the cache inside checkpointed layers): B·G·(P + T). labelrl's
+    sampler keeps its packed base between steps when the base is frozen (LoRA), through every
+    training pass: counted. vLLM's engine is sized by its own option and not counted here."""
     prompts_here = len(range(cfg.prompts_per_step)[share])
     longest, G, T = max(len(p) for p in prompts), cfg.group_size, cfg.max_new_tokens
+    held = kept_bytes(model, dtype) if cfg.backend == "labelrl" and unsupported_reason(model) is None else 0
     return plan_memory(model, dtype, tokens=prompts_here * (longest + G * T),
                        tokens_checkpointed=prompts_here * G * (longest + T), logit_positions=prompts_here * G * T,
-                       requested=cfg.gradient_checkpointing, budget_gib=cfg.memory_budget)
+                       requested=cfg.gradient_checkpointing, budget_gib=cfg.memory_budget, held_bytes=held)
 
 
 def step_seed(seed: int, step: int, round_index: int) -> int:
