@@ -177,6 +177,37 @@ def test_random_control_rewards_are_drawn_per_round_and_read_per_process():
 # --- launched: 2 processes against 1 -----------------------------------------------------
 
 
+TEARDOWN = """
+import os, sys
+import torch, torch.distributed as dist
+from labelrl.train.distributed import end_training
+os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=sys.argv[1])
+dist.init_process_group("gloo", rank=0, world_size=1)
+ddp = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 2))
+ddp(torch.ones(3, 4)).sum().backward()
+dist.barrier()
+seen = {}
+
+class Accelerator:  # accelerate's end_training destroys the group; this one records what DDP held then
+    _models = [ddp]
+    def end_training(self):
+        seen["reducer"] = hasattr(ddp, "reducer")
+        dist.destroy_process_group()
+
+end_training(Accelerator())
+print("reducer held when the group was destroyed:", seen["reducer"])
+"""
+
+
+def test_the_reducer_is_released_before_the_process_group_is_destroyed(tmp_path):
+    # Destroyed after the group, DDP's reducer is its last owner and frees it holding the GIL,
+    # which can deadlock with gloo's worker thread: a two-process run hung after its summary.
+    done = subprocess.run([sys.executable, "-c", TEARDOWN, str(_free_port())], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "reducer held when the group was destroyed: False" in done.stdout, done.stdout
+
+
 def _rl_config(data: Path, **overrides) -> dict:
     base = dict(model="tiny-random", data=str(data), lora=False, group_size=2, prompts_per_step=2, max_new_tokens=6,
                 steps=4, learning_rate=1e-3, random_reward=True, checkpoint_every=1, quiet=True, precision="fp32")

@@ -35,6 +35,25 @@ def make_accelerator(cfg, run_dir: Path, command: str, *, trackers: bool = True)
     return accelerator
 
 
+def end_training(accelerator) -> None:
+    """``accelerator.end_training()`` (trackers finished, process group destroyed), in an order
+    that cannot hang.
+
+    DDP's reducer owns the process group through a C++ pointer whose destructor keeps the GIL.
+    Destroyed after the group was, the reducer is its last owner: freeing the group then joins
+    gloo's worker thread, which may be waiting for the GIL to free the tensors of its last
+    collective, and neither moves (seen: a two-process run printed its summary and hung until
+    killed, under load). Each wrapper's reducer is released first, while the group is still
+    registered, so the group's last owner is its Python object, whose destructor lets go of
+    the GIL. A wrapper is not used after this (accelerate keeps the prepared ones)."""
+    from torch.nn.parallel import DistributedDataParallel
+
+    for model in getattr(accelerator, "_models", []):
+        if isinstance(model, DistributedDataParallel) and hasattr(model, "reducer"):
+            del model.reducer
+    accelerator.end_training()
+
+
 def compute_dtype(cfg, accelerator) -> torch.dtype:
     """The dtype the trainer's matrix products run in: ``cfg.precision`` resolved on the
     accelerator's device (``labelrl.models.precision.resolve_dtype``)."""

@@ -53,6 +53,7 @@ from labelrl.train.memory import report_memory_plan, set_checkpointing
 from labelrl.train.distributed import (
     any_process,
     compute_dtype,
+    end_training,
     make_accelerator,
     process_share,
     reduce_value,
@@ -336,7 +337,7 @@ def _run_rl_locked(cfg: RLConfig, accelerator) -> dict:
         close = getattr(run.sampler, "close", None)  # a backend that holds an engine (vllm) shuts it down
         if close is not None:
             close()
-        run.accelerator.end_training()
+        end_training(run.accelerator)
     return summary
 
 

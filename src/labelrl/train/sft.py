@@ -41,6 +41,7 @@ from labelrl.train.packing import (
 from labelrl.train.distributed import (
     broadcast_from_main,
     compute_dtype,
+    end_training,
     make_accelerator,
     process_share,
     reduce_value,
@@ -182,7 +183,7 @@ def run_sft(cfg: SFTConfig) -> dict:
         try:
             return _run_sft_locked(cfg, accelerator)
         finally:
-            accelerator.end_training()
+            end_training(accelerator)
 
 
 @dataclass
