@@ -186,15 +186,16 @@ dist.init_process_group("gloo", rank=0, world_size=1)
 ddp = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 2))
 ddp(torch.ones(3, 4)).sum().backward()
 dist.barrier()
+assert ddp.reducer is not None and ddp.logger is not None
 seen = {}
 
 class Accelerator:  # accelerate's end_training destroys the group; this one records what DDP held then
-    _models = [ddp]
+    _models = [ddp.module]  # as accelerate keeps them: unwrapped
     def end_training(self):
-        seen["reducer"] = hasattr(ddp, "reducer")
+        seen["reducer"] = hasattr(ddp, "reducer") or hasattr(ddp, "logger")  # the logger owns it too
         dist.destroy_process_group()
 
-end_training(Accelerator())
+end_training(Accelerator(), ddp)
 print("reducer held when the group was destroyed:", seen["reducer"])
 """
 

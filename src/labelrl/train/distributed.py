@@ -35,22 +35,27 @@ def make_accelerator(cfg, run_dir: Path, command: str, *, trackers: bool = True)
     return accelerator
 
 
-def end_training(accelerator) -> None:
-    """``accelerator.end_training()`` (trackers finished, process group destroyed), in an order
-    that cannot hang.
+def end_training(accelerator, model=None) -> None:
+    """``accelerator.end_training()`` (trackers finished, process group destroyed), after
+    releasing the reducer of ``model`` (the prepared model: under several processes the DDP
+    wrapper; accelerate's own list keeps the unwrapped one), in an order that cannot hang.
 
     DDP's reducer owns the process group through a C++ pointer whose destructor keeps the GIL.
     Destroyed after the group was, the reducer is its last owner: freeing the group then joins
     gloo's worker thread, which may be waiting for the GIL to free the tensors of its last
     collective, and neither moves (seen: a two-process run printed its summary and hung until
-    killed, under load). Each wrapper's reducer is released first, while the group is still
-    registered, so the group's last owner is its Python object, whose destructor lets go of
-    the GIL. A wrapper is not used after this (accelerate keeps the prepared ones)."""
+    killed, under load; py-spy: ``~Reducer → ~ProcessGroupGloo → thread join`` against
+    ``~AsyncBarrierWork → gil_scoped_acquire``). Released first, while the group is still
+    registered, the reducer is not the last owner; the group's is its Python object, whose
+    destructor lets go of the GIL. The wrapper holds the reducer twice: as ``reducer`` and
+    through its ``logger`` (``dist.Logger(self.reducer)`` in DDP's constructor). The wrapper
+    is not used after this."""
     from torch.nn.parallel import DistributedDataParallel
 
-    for model in getattr(accelerator, "_models", []):
-        if isinstance(model, DistributedDataParallel) and hasattr(model, "reducer"):
-            del model.reducer
+    if isinstance(model, DistributedDataParallel):
+        for owner in ("logger", "reducer"):
+            if hasattr(model, owner):
+                delattr(model, owner)
     accelerator.end_training()
 
 

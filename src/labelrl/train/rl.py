@@ -337,7 +337,7 @@ def _run_rl_locked(cfg: RLConfig, accelerator) -> dict:
         close = getattr(run.sampler, "close", None)  # a backend that holds an engine (vllm) shuts it down
         if close is not None:
             close()
-        end_training(run.accelerator)
+        end_training(run.accelerator, run.model)
     return summary
 
 

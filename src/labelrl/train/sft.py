@@ -180,10 +180,12 @@ def run_sft(cfg: SFTConfig) -> dict:
     """
     accelerator = make_accelerator(cfg, Path(cfg.out), "sft", trackers=False)
     with RunLock(cfg.out, "sft") if accelerator.is_main_process else contextlib.nullcontext():
+        run = None
         try:
-            return _run_sft_locked(cfg, accelerator)
+            run = start_sft(cfg, accelerator)
+            return _sft_loop(run)
         finally:
-            end_training(accelerator)
+            end_training(accelerator, run.model if run is not None else None)
 
 
 @dataclass
@@ -253,8 +255,8 @@ def plan_sft_memory(run: SFTRun) -> MemoryPlan:
                        requested=cfg.gradient_checkpointing, budget_gib=cfg.memory_budget)
 
 
-def _run_sft_locked(cfg: SFTConfig, accelerator) -> dict:
-    run = start_sft(cfg, accelerator)
+def _sft_loop(run: SFTRun) -> dict:
+    cfg, accelerator = run.cfg, run.accelerator
     main, model = accelerator.is_main_process, run.model
     select_key = K.EVAL_BALANCED_ACCURACY if cfg.select_metric == "balanced_accuracy" else K.EVAL_ACCURACY
     best: dict = {"step": None, select_key: float("-inf")}
