@@ -278,13 +278,20 @@ def _pack(base: nn.Module, rows: int, dtype: torch.dtype, fold_all: bool = False
     return packed
 
 
+def _cached_pack(base: nn.Module, dtype: torch.dtype) -> tuple[tuple | None, list | None]:
+    """The cache key of ``base`` in ``dtype`` (None: nothing is kept) and its cached pack while
+    still valid (None: none, or stale)."""
+    key = _cache_key(base, dtype)
+    hit = _CACHE.get(base, {}).get(dtype)
+    return key, (hit[1] if key is not None and hit is not None and hit[0] == key else None)
+
+
 def packed_weights(base: nn.Module, rows: int, dtype: torch.dtype) -> tuple[list, bool]:
     """The packed weights, from the cache when still valid; and whether they were."""
-    key = _cache_key(base, dtype)
+    key, cached = _cached_pack(base, dtype)
+    if cached is not None:
+        return cached, True
     entries = _CACHE.setdefault(base, {})
-    hit = entries.get(dtype)
-    if key is not None and hit is not None and hit[0] == key:
-        return hit[1], True
     entries.pop(dtype, None)  # stale: free it before packing anew
     packed = _pack(base, rows, dtype)
     if key is not None:
@@ -298,9 +305,8 @@ def kept_bytes(model: nn.Module, dtype: torch.dtype) -> int:
     blocked layout adds no more than its padding). 0 when the cache already holds a valid pack,
     and when nothing is kept (a base that trains is packed anew per call and freed)."""
     base = base_model(model)
-    key = _cache_key(base, dtype)
-    hit = _CACHE.get(base, {}).get(dtype)
-    if key is None or (hit is not None and hit[0] == key):
+    key, cached = _cached_pack(base, dtype)
+    if key is None or cached is not None:
         return 0
     size = torch.empty((), dtype=dtype).element_size()
     return sum(frozen_weight(m).numel() for m in _packed_modules(base)[:-1]) * size + frozen_weight(base.lm_head).numel() * 4
