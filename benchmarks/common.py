@@ -54,3 +54,24 @@ def busy_note() -> str:
     except OSError:
         return "load average unknown"
     return f"load average {load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f} (1/5/15 min) on {os.cpu_count()} cores"
+
+
+def cpu_line() -> str:
+    """``lscpu``'s model name and the flags that decide bf16 speed (AVX-512 BF16, AMX), so a
+    figure is read next to the kind of CPU that produced it."""
+    from pathlib import Path
+
+    model, flags = "unknown CPU", set()
+    try:
+        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace").splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() == "model name" and model == "unknown CPU":
+                model = value.strip()
+            elif key.strip() == "flags" and not flags:
+                flags = set(value.split())
+    except OSError:
+        pass
+    wanted = ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile")
+    shown = ", ".join(f for f in wanted if f in flags) or "none of " + "/".join(wanted)
+    native = "native bf16" if {"avx512_bf16", "amx_bf16"} & flags else "bf16 emulated"
+    return f"CPU: {model} ({shown}; {native}); torch threads {torch.get_num_threads()}"

@@ -21,6 +21,7 @@ LENGTH_MAX = "rollout/length_max"
 TRUNCATED_FRAC = "rollout/truncated_frac"
 THINK_CLOSED_FRAC = "rollout/think_closed_frac"
 PARSE_FAIL_FRAC = "rollout/parse_fail_frac"
+ANSWER_SHARE = "rollout/answer_share"  # + "/<label>": share of the step's parsed answers (collapse detector)
 TOKENS_PER_S = "rollout/tokens_per_s"
 
 # groups/: the skip rule and what it does to the label mix
@@ -48,6 +49,7 @@ STEP_SECONDS = "perf/step_seconds"
 PEAK_MEMORY_MB = "perf/peak_memory_mb"
 SAMPLE_SECONDS = "perf/sample_seconds"  # rl: prefill + decoding of the step's rollouts
 UPDATE_SECONDS = "perf/update_seconds"  # rl: the training pass and optimizer step
+VAL_SECONDS = "perf/val_seconds"  # rl: scoring the policy on the val sample (--val-path)
 PADDING_SHARE = "perf/padding_share"  # sft: padding positions / all positions forwarded
 TRAIN_TOKENS_PER_S = "perf/tokens_per_s"  # sft: item tokens forwarded / step seconds
 

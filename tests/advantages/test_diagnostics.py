@@ -48,6 +48,23 @@ def test_corpo_diagnostics_reference():
     assert out[K.CORPO_PREFERENCE_REGIME] == pytest.approx(1 / 3)
 
 
+def test_corpo_regimes_use_the_baseline_mask_the_estimator_used():
+    # Truncation "mask": group 0 = [1, 1, 0, 0] with both 0s truncated and out of the baseline;
+    # group 1 = [1, 0, 0, 0] all counted. τ = 0.75. The estimator's mean of group 0 is over its
+    # included rollouts: 1.0 ≥ τ → preference; group 1: 0.25 < τ → correctness. Over all
+    # rollouts group 0 would be 0.5 < τ → correctness: a diagnostic ignoring the mask reports
+    # correctness 2/2 while the baseline was in each regime once.
+    rewards = torch.tensor([1.0, 1.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0], dtype=torch.float64)
+    include = torch.tensor([True, True, False, False, True, True, True, True])
+    adv = compute_advantages(rewards, 4, "corpo", threshold=0.75, mask=include)
+    assert adv[:2].tolist() == [0.0, 0.0]  # baseline max(1.0, 0.75) = 1.0: the estimator's regime is preference
+    out = advantage_diagnostics(rewards, adv, 4, success_threshold=1.0, corpo_threshold=0.75, baseline_mask=include)
+    assert out[K.CORPO_PREFERENCE_REGIME] == pytest.approx(1 / 2)
+    assert out[K.CORPO_CORRECTNESS_REGIME] == pytest.approx(1 / 2)
+    unmasked = advantage_diagnostics(rewards, adv, 4, success_threshold=1.0, corpo_threshold=0.75)
+    assert unmasked[K.CORPO_CORRECTNESS_REGIME] == pytest.approx(1.0)  # what the mask changes
+
+
 def test_no_failed_rollouts_gives_zero_fraction_and_count():
     rewards = torch.tensor([1.0, 0.8, 0.9, 1.0])
     adv = compute_advantages(rewards, 2, "grpo")

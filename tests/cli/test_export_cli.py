@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -16,6 +17,9 @@ from typer.testing import CliRunner
 from labelrl.cli.export import register
 from labelrl.models import load_model
 from labelrl.train.checkpoint import save_model
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from numerics import assert_values_within, logit_bound  # noqa: E402
 
 runner = CliRunner(env={"COLUMNS": "200", "HF_HUB_OFFLINE": "1"})
 IDS = [[1, 42, 300, 7, 99, 5]]
@@ -79,6 +83,7 @@ def _load_in_subprocess(out):
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.numerics
 def test_lora_run_exports_a_merged_model_that_loads_without_labelrl(app, lora_run, tmp_path):
     run, trained, base = lora_run
     assert (run / "model" / "adapter_config.json").is_file()
@@ -90,7 +95,8 @@ def test_lora_run_exports_a_merged_model_that_loads_without_labelrl(app, lora_ru
     loaded = _load_in_subprocess(out)
     assert loaded["class"] == "LlamaForCausalLM" and loaded["vocab"] == 49152
     logits = torch.tensor(loaded["logits"])
-    torch.testing.assert_close(logits, trained, atol=1e-4, rtol=1e-4)  # the trained model, merged
+    # the trained model, merged: W + s·B·A rounds once more, inside the adapter chain's logit bound
+    assert_values_within(logits, trained, logit_bound(load_model(run / "model")[0], len(IDS[0])), "logits")
     assert (logits - base).abs().max() > 1e-2  # and not the base model: the adapter really was folded in
 
 

@@ -11,11 +11,15 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
 
 from labelrl.fileio import read_jsonl
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from numerics import assert_values_within, logit_bound  # noqa: E402
 
 CLASSES = {"tiny-qwen2": "Qwen2ForCausalLM", "tiny-qwen3": "Qwen3ForCausalLM", "tiny-gemma3": "Gemma3ForCausalLM"}
 IDS = [[1, 42, 300, 7, 99, 5, 1200, 31, 8]]
@@ -27,6 +31,7 @@ def _labelrl(*args, cwd):
                           capture_output=True, text=True, timeout=900)
 
 
+@pytest.mark.numerics
 @pytest.mark.parametrize("name", [
     pytest.param("tiny-qwen2", marks=pytest.mark.slow),
     pytest.param("tiny-qwen3", marks=pytest.mark.slow),
@@ -64,5 +69,7 @@ def test_family_sft_then_bf16_rl_then_export(name, toy_data, tmp_path):
     with torch.no_grad():
         got, expected = merged(torch.tensor(IDS)).logits, trained(torch.tensor(IDS)).logits
         base = load_model(name)[0](torch.tensor(IDS)).logits
-    torch.testing.assert_close(got, expected, atol=1e-4, rtol=1e-4)  # the RL-trained model, merged
-    assert (got - base).abs().max() > 1e-4  # not the untouched base: SFT and RL moved it
+    # the RL-trained model, merged: W + s·B·A rounds once more, inside the adapter chain's logit bound
+    bound = logit_bound(trained, len(IDS[0]))
+    assert_values_within(got, expected, bound, "logits")
+    assert (got - base).abs().max() > bound  # not the untouched base: SFT and RL moved it beyond rounding

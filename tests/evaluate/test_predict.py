@@ -1,4 +1,6 @@
 import json
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -12,9 +14,12 @@ from labelrl.data.split import load_splits
 from labelrl.evaluate import predict as predict_module
 from labelrl.evaluate.ledger import read_ledger
 from labelrl.evaluate.predict import evaluate_split, predict, prepare, run_predictions
-from labelrl.evaluate.score import score_labels
+from labelrl.evaluate.score import label_token_ids, score_labels
 from labelrl.rollout.sampler import RolloutBatch
 from labelrl.types import Example, LabelSpace
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from numerics import assert_values_within, label_probability_bound  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -69,6 +74,19 @@ def full_vocab_probs(model, tokenizer, prompt_ids, labels):
     return np.stack(rows)
 
 
+def assert_scores_match_reference(model, tokenizer, prompt_ids, labels, got, expected) -> np.ndarray:
+    """``got`` (batched, padded) within the rounding bound of ``expected`` (each prompt alone):
+    tests/numerics.py's ``label_probability_bound``, with one token per label when the first
+    tokens differ, else the longest label's tokens. Returns the bound."""
+    label_ids = label_token_ids(tokenizer, labels)
+    tokens = 1 if len({ids[0] for ids in label_ids}) == len(label_ids) else max(map(len, label_ids))
+    prefix = tokenizer(ANSWER_PREFIX, add_special_tokens=False)["input_ids"]
+    longest = max(map(len, prompt_ids)) + len(prefix) + max(map(len, label_ids))
+    bound = label_probability_bound(model, longest, torch.as_tensor(expected), tokens)
+    assert_values_within(torch.as_tensor(got), torch.as_tensor(expected), bound, "label probabilities")
+    return bound.numpy()
+
+
 def prompts(tokenizer, labels, texts):
     out = []
     for i, text in enumerate(texts):
@@ -77,6 +95,7 @@ def prompts(tokenizer, labels, texts):
     return out
 
 
+@pytest.mark.numerics
 @pytest.mark.parametrize("labels", [
     LabelSpace(("ham", "spam"), kind="binary"),  # distinct first tokens: one forward pass
     LabelSpace(("1", "2", "3", "4", "5"), kind="ordinal"),
@@ -87,10 +106,11 @@ def test_label_token_scoring_agrees_with_full_vocabulary_forward(tiny, labels):
     ids = prompts(tokenizer, labels, ["Free entry to win!", "ok see you soon", "URGENT call now", "hi"])
     expected = full_vocab_probs(model, tokenizer, ids, labels)
     got = score_labels(model, tokenizer, ids, labels, batch_size=3).double().numpy()  # batches mix lengths: padding
-    assert np.abs(got - expected).max() < 1e-5
+    assert_scores_match_reference(model, tokenizer, ids, labels, got, expected)
 
 
 @pytest.mark.slow
+@pytest.mark.numerics
 def test_label_token_scoring_agrees_with_full_vocabulary_forward_on_smollm2():
     from labelrl.models import load_model
 
@@ -99,7 +119,7 @@ def test_label_token_scoring_agrees_with_full_vocabulary_forward_on_smollm2():
     ids = prompts(tokenizer, labels, ["Free entry to win a prize, text WIN now!", "ok see you at lunch", "Call 0800 now"])
     expected = full_vocab_probs(model, tokenizer, ids, labels)
     got = score_labels(model, tokenizer, ids, labels, batch_size=2).double().numpy()
-    assert np.abs(got - expected).max() < 1e-5
+    assert_scores_match_reference(model, tokenizer, ids, labels, got, expected)
 
 
 def test_predict_scores_on_a_run_dir(tmp_path, tiny):

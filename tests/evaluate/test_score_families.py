@@ -16,7 +16,8 @@ from labelrl.models import load_model
 from labelrl.types import LabelSpace
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from test_predict import full_vocab_probs, prompts  # noqa: E402  (the tiny-random test's reference)
+# the tiny-random test's reference and its bound
+from test_predict import assert_scores_match_reference, full_vocab_probs, prompts  # noqa: E402
 
 TEXTS = ["Free entry to win!", "ok see you soon", "URGENT call now", "hi"]
 
@@ -26,6 +27,7 @@ def family(request):
     return load_model(request.param)
 
 
+@pytest.mark.numerics
 @pytest.mark.parametrize("labels", [
     LabelSpace(("ham", "spam"), kind="binary"),  # distinct first tokens: one forward pass
     LabelSpace(("spam", "spammy")),  # shared first token: whole sequences are scored
@@ -36,8 +38,9 @@ def test_family_label_scores_agree_with_full_vocabulary_forward(family, labels):
     assert min(len(i) for i in ids) > 4 * 4  # every prompt spans several sliding windows
     expected = full_vocab_probs(model, tokenizer, ids, labels)
     got = score_labels(model, tokenizer, ids, labels, batch_size=3).double().numpy()  # batches mix lengths: padding
-    assert np.abs(got - expected).max() < 1e-5
-    assert np.abs(expected - 1 / labels.k).max() > 1e-4  # the scores depend on the prompt, not a uniform fallback
+    bound = assert_scores_match_reference(model, tokenizer, ids, labels, got, expected)
+    # the scores depend on the prompt, by more than the bound: a uniform fallback would fail above
+    assert (np.abs(expected - 1 / labels.k) > bound).any()
 
 
 def test_family_label_scores_in_bf16_are_close_and_not_equal(family):

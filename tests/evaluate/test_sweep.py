@@ -102,15 +102,52 @@ def test_hard_model_from_a_threshold_is_reproduced_with_every_item_agreeing():
     assert result["recall_matched_threshold"] == pytest.approx(score[score >= t].min())
 
 
-def test_a_model_answering_nothing_positive_is_a_threshold_above_every_score():
-    # e.g. an SFT model whose spam probability never reaches 0.5 compared with itself
+def test_a_model_answering_nothing_positive_is_uninformative_not_reproduced():
+    # An SFT model whose spam probability never reaches 0.5, compared with itself: the matched
+    # threshold lies above every score and every item agrees, as it would for ANY two models
+    # answering "ham" everywhere. Catches a verdict that calls a constant predictor "reproduced".
     y, score = synthetic()
     score = score * 0.4
     out = sweep(scored(y, score), compare=[hard(y, score >= 0.5, "same model")])
     result = out["compared"][0]
-    assert result["reproduced"] is True and result["max_metric_difference"] == 0.0
-    assert result["item_agreement"] == 1.0
+    assert result["max_metric_difference"] == 0.0 and result["item_agreement"] == 1.0
     assert result["threshold"] > score.max() and result["scored_metrics"]["predicted_positive_share"] == 0.0
+    assert result["reproduced"] is False and result["uninformative"] is True
+    assert result["verdict"].startswith("uninformative: a (near-)constant predictor"), result["verdict"]
+    assert result["constant_share"]["compared"] == 1.0 and result["verdict_rests_on"] == "nothing"
+
+
+def test_a_near_constant_arm_is_uninformative_at_the_share_bound_and_judged_below_it():
+    # 200 items, 60 positives. The arm answers positive on the top-k scores only: k = 8 gives
+    # 192/200 = 0.96 ≥ 0.95 "ham" → uninformative; k = 40 gives 160/200 = 0.80 → an ordinary
+    # verdict (a threshold on the scores, so reproduced). Catches a rule keyed on exactly 100%.
+    y, score = synthetic(n=200)
+    order = np.argsort(-score)
+    for k, uninformative in ((8, True), (40, False)):
+        pred = np.zeros(len(y), bool)
+        pred[order[:k]] = True
+        result = sweep(scored(y, score), compare=[hard(y, pred, f"top{k}")])["compared"][0]
+        assert result["constant_share"]["compared"] == pytest.approx(1 - k / 200)
+        assert result["uninformative"] is uninformative, (k, result["verdict"])
+        assert result["reproduced"] is (not uninformative), (k, result["verdict"])
+
+
+def test_matched_point_with_agreement_chance_could_give_is_undetermined():
+    # 20 items. Negatives 0.05 … 0.45 (9) and one at 0.70; positives one at 0.30 and 0.55 … 0.95
+    # (9). The arm is the threshold 0.55 (recall 9/10, FPR 1/10) with one answer, on the
+    # negative scored 0.05, unparsed: the point is the same, 19/20 = 0.95 items agree. Chance:
+    # per class both answer positive at 0.9 (pos) and 0.1 (neg) → 0.9² + 0.1² = 0.82; the
+    # Wilson interval of 19/20 starts near 0.76 ≤ 0.82 → undetermined (the branch no other test reaches).
+    neg = np.r_[np.linspace(0.05, 0.45, 9), 0.70]
+    pos = np.r_[0.30, np.linspace(0.55, 0.95, 9)]
+    y = np.r_[np.zeros(10, bool), np.ones(10, bool)]
+    score = np.r_[neg, pos]
+    result = sweep(scored(y, score), compare=[hard(y, score >= 0.55, "one unparsed", unparsed=(0,))])["compared"][0]
+    assert result["item_agreement"] == pytest.approx(0.95)
+    assert result["chance_agreement"] == pytest.approx(0.82)
+    assert result["item_agreement_ci"][0] <= result["chance_agreement"]
+    assert result["verdict"].startswith("undetermined"), result["verdict"]
+    assert result["reproduced"] is False and result["uninformative"] is False
 
 
 def test_hard_model_with_information_beyond_the_scores_is_not_reproduced():

@@ -38,6 +38,7 @@ from labelrl.train.distributed import process_share
 WEIGHT_TOLERANCE = 1e-5
 # Keys that depend on wall time or on the process's memory, not on the computation.
 TIMING_KEYS = {K.STEP_SECONDS, K.TOKENS_PER_S, K.TRAIN_TOKENS_PER_S, K.PEAK_MEMORY_MB, K.SAMPLE_SECONDS, K.UPDATE_SECONDS,
+               K.VAL_SECONDS,
                # the padding of the packed rows each process builds from its half of the batch: a
                # layout figure, not part of what is computed (packed and padded losses are equal)
                K.PADDING_SHARE}

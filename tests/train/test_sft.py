@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -13,7 +15,11 @@ from labelrl.models import load_model
 from labelrl.train.config import SFTConfig
 from labelrl.train.sft import SFTItem, run_sft, sft_loss
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from numerics import assert_values_within, logit_bound, mean_logprob_bound  # noqa: E402
 
+
+@pytest.mark.numerics
 def test_sft_loss_covers_only_the_assistant_tokens():
     model, tok = load_model("tiny-random")
     pad = tok.pad_token_id
@@ -28,7 +34,10 @@ def test_sft_loss_covers_only_the_assistant_tokens():
         ce = torch.nn.functional.cross_entropy(logits, ids[0, 1:], reduction="none")
         expected.append(ce[item.n_prompt - 1 :])
     loss = sft_loss(model, [a, b], pad)
-    torch.testing.assert_close(loss, torch.cat(expected).mean(), rtol=1e-5, atol=1e-5)
+    # a padded batch against one sequence at a time: other kernels, a mean of log-probs' rounding bound
+    targets = torch.cat(expected)
+    bound = mean_logprob_bound(model, max(len(a.input_ids), len(b.input_ids)), len(targets), float(targets.mean()))
+    assert_values_within(loss, targets.mean(), bound, "loss")
 
 
 def test_sft_learns_the_task_and_keeps_the_best_model(toy_data, tmp_path):
@@ -47,6 +56,7 @@ def test_sft_learns_the_task_and_keeps_the_best_model(toy_data, tmp_path):
     assert sum(p.numel() for p in model.parameters()) > 1_000_000
 
 
+@pytest.mark.numerics
 def test_lora_sft_saves_an_adapter_and_merged_weights(toy_data, tmp_path):
     cfg = SFTConfig(model="tiny-random", data=str(toy_data), out=tmp_path / "lora", max_steps=3, batch_size=4,
                     eval_every=3, eval_limit=8, merge=True, quiet=True)
@@ -57,8 +67,9 @@ def test_lora_sft_saves_an_adapter_and_merged_weights(toy_data, tmp_path):
     peft_model, tok = load_model(adapter)
     merged, _ = load_model(summary["merged_dir"])
     ids = torch.tensor([tok("<answer>yes</answer>", add_special_tokens=False)["input_ids"]])
-    with torch.no_grad():
-        torch.testing.assert_close(peft_model(input_ids=ids).logits, merged(input_ids=ids).logits, rtol=1e-4, atol=1e-4)
+    with torch.no_grad():  # merged weights W + s·B·A round once more: inside the adapter chain's logit bound
+        assert_values_within(peft_model(input_ids=ids).logits, merged(input_ids=ids).logits,
+                             logit_bound(peft_model, ids.shape[1]), "logits")
     assert not (tmp_path / "lora" / "merged" / "adapter_config.json").exists()
 
 

@@ -52,6 +52,7 @@ def advantage_diagnostics(
     label_names: Sequence[str] | None = None,
     data_label_share: Mapping[str, float] | None = None,
     corpo_threshold: float | None = None,
+    baseline_mask: torch.Tensor | None = None,
 ) -> dict[str, float]:
     """One step's advantage diagnostics, keyed by ``labelrl.metrics_keys`` names.
 
@@ -60,7 +61,10 @@ def advantage_diagnostics(
       the share with advantage > 0; 0 when nothing failed. ``adv/failed_positive_count``: how many.
     - ``adv/mean``, ``adv/abs_mean``: mean of A and of |A| over all rollouts.
     - with ``corpo_threshold`` τ: ``adv/corpo_correctness_regime_frac`` (share of groups with
-      mean < τ, baseline τ) and ``adv/corpo_preference_regime_frac`` (mean ≥ τ, baseline mean).
+      mean < τ, baseline τ) and ``adv/corpo_preference_regime_frac`` (mean ≥ τ, baseline mean),
+      the mean taken over ``baseline_mask`` (``[B*G]``, True where a rollout counts in its
+      group's baseline; default all), as the estimator takes it: under ``truncation: mask`` the
+      regimes are the ones the baseline was actually in.
     - with ``labels`` (one reference label per group): for each label,
       ``groups/label_share_informative/<label>`` (its share among the groups that carry a
       gradient, i.e. have a non-zero advantage: what the skip rule keeps, so under CoRPO the
@@ -82,7 +86,8 @@ def advantage_diagnostics(
         **_failed_positive(flat_rewards, flat_adv, success_threshold),
     }
     if corpo_threshold is not None:
-        out.update(_corpo_regimes(flat_rewards, group_size, corpo_threshold))
+        include = None if baseline_mask is None else torch.as_tensor(baseline_mask, dtype=torch.bool).reshape(-1)
+        out.update(_corpo_regimes(flat_rewards, group_size, corpo_threshold, include))
     if labels is not None:
         informative = (_grouped(flat_adv, group_size) != 0).any(dim=1)
         out.update(_label_shares(labels, informative, label_names, data_label_share))
@@ -100,10 +105,13 @@ def _failed_positive(rewards: torch.Tensor, advantages: torch.Tensor, success_th
     }
 
 
-def _corpo_regimes(rewards: torch.Tensor, group_size: int, threshold: float) -> dict[str, float]:
+def _corpo_regimes(rewards: torch.Tensor, group_size: int, threshold: float,
+                   include: torch.Tensor | None = None) -> dict[str, float]:
     grouped = _grouped(rewards, group_size)
-    # The same group mean the corpo estimator compares with τ, so the regimes match its choice.
-    means = group_mean(grouped, torch.ones_like(grouped, dtype=torch.bool)).squeeze(1)
+    mask = torch.ones_like(grouped, dtype=torch.bool) if include is None else _grouped(include, group_size)
+    # The same group mean over the same rollouts the corpo estimator compares with τ, so the
+    # regimes match its choice (a group with none included: mean 0 < τ, baseline τ, as there).
+    means = group_mean(grouped, mask).squeeze(1)
     correctness = (means < threshold).double().mean().item()
     return {K.CORPO_CORRECTNESS_REGIME: correctness, K.CORPO_PREFERENCE_REGIME: 1.0 - correctness}
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Optional
 
@@ -38,18 +39,38 @@ def run_ladder_command(recipe_source, out: Path | None, *, fast: bool = False, s
     recipe = recipe_source if isinstance(recipe_source, Recipe) else load_recipe(recipe_source, fast=fast, sets=sets or [])
     run_dir = Path(out) if out is not None else Path("runs") / (recipe.name + ("-fast" if fast else ""))
     ladder = Ladder(recipe, run_dir, console)
+    started = time.monotonic()
     state = ladder.run()
     print_verdicts(state)
     for table in comparison_tables(state):
         console.print(table)
+    report_seconds = None
     if report:
         from labelrl.report import build_report
 
+        building = time.monotonic()
         built = build_report(ladder.run_dir)
+        report_seconds = time.monotonic() - building
         state["report"] = {"html": str(built.html), "md": str(built.markdown)}
         console.print(f"report: {built.html} (and {built.markdown})")
+    console.print(phase_table(state, report_seconds, time.monotonic() - started))
     console.print(f"run files: {ladder.run_dir}")
     return state
+
+
+def phase_table(state: dict, report_seconds: float | None, wall_seconds: float) -> Table:
+    """Where this ladder's time went (labelrl.ladder.phases), the report and the whole run."""
+    from labelrl.ladder.phases import minutes, phase_times
+
+    table = Table(title="time per phase", title_justify="left")
+    for column in ("task", "phase", "what", "time"):
+        table.add_column(column, justify="right" if column == "time" else "left")
+    for row in phase_times(state):
+        table.add_row(row["task"], row["phase"], row["what"], minutes(row["seconds"]))
+    if report_seconds is not None:
+        table.add_row("", "report", "figures, HTML and Markdown", minutes(report_seconds))
+    table.add_row("", "all", "this invocation, wall clock (finished arms reused)", minutes(wall_seconds))
+    return table
 
 
 def print_verdicts(state: dict) -> None:
@@ -77,12 +98,34 @@ def _status(arm: dict) -> str:
         return "= earlier look" if "/" in same else f"= {same}"
     if status == "done" and arm.get("holdout_repeat"):
         return "REPEAT"
+    if status == "done" and (arm.get("train") or {}).get("collapse"):  # evaluated, but it answers one label
+        return "done, collapsed"
     return status
+
+
+def _collapse_notes(task: dict) -> list[str]:
+    """A caption line per RL arm flagged collapsed to one answer (labelrl.train.collapse)."""
+    from labelrl.train.collapse import collapse_detail
+
+    return [f"{name}: {collapse_detail(arm['train']['collapse'])}: a constant answer's scores, not the method's"
+            for name, arm in task["arms"].items() if (arm.get("train") or {}).get("collapse")]
+
+
+def _majority_row(task: dict, columns: list[tuple[str, str]]) -> list[str] | None:
+    """The majority-class constant predictor's row (labelrl.ladder.majority), when it was scored."""
+    majority = (task.get("analysis") or {}).get("majority") or {}
+    if "label" not in majority:
+        return None
+    return [f"majority class ({majority['label']})", "constant", *[_fmt(majority.get(split), key) for split, key in columns],
+            *["" for _ in task.get("ood", [])], ""]
 
 
 def comparison_tables(state: dict) -> list[Table]:
     """One table per task: the ceiling, then every arm's val, holdout and out-of-domain figures
-    (point estimates; the report has the intervals). Failed and skipped arms' reasons follow."""
+    (point estimates; the report has the intervals). Failed and skipped arms' reasons follow, and
+    the values each tuned arm chose on val."""
+    from labelrl.ladder.tune import tune_note
+
     tables = []
     for task_name in state.get("task_order") or list(state["tasks"]):
         task = state["tasks"][task_name]
@@ -96,6 +139,8 @@ def comparison_tables(state: dict) -> list[Table]:
                     for name, arm in task["arms"].items() if "/" in (arm.get("holdout_same_model_as") or "")]
         caption += [f"{name}: {arm['status']}: {arm.get('error')}" for name, arm in task["arms"].items()
                     if arm.get("status") in ("failed", "skipped")]
+        caption += _collapse_notes(task)
+        caption += [f"{name}: {note}" for name, arm in task["arms"].items() if (note := tune_note(arm))]
         table = Table(title=f"{task_name}: {task['data']} ({task.get('kind')}), 95% intervals in the report",
                       title_justify="left", caption="\n".join(caption) or None, caption_justify="left")
         table.add_column("arm")
@@ -108,6 +153,8 @@ def comparison_tables(state: dict) -> list[Table]:
         if task.get("ceiling") is not None:
             ceiling = [f"{task['ceiling']:.3f}" if k == "accuracy" else "" for _, k in columns]
             table.add_row("ceiling", "", *ceiling, *["" for _ in task.get("ood", [])], "")
+        if (majority := _majority_row(task, columns)) is not None:
+            table.add_row(*majority)
         for arm_name in task.get("arm_order") or list(task["arms"]):
             arm = task["arms"].get(arm_name, {})
             cells = [_fmt(arm.get(split), key) for split, key in columns]

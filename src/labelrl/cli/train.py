@@ -75,6 +75,11 @@ def print_rl_summary(summary: dict, cfg: RLConfig, out: Console) -> None:
     line = long_items_line(Path(cfg.out) / "long_items_rl.json")
     if line:
         out.print(line, highlight=False)
+    if summary.get("collapse"):
+        from labelrl.train.collapse import collapse_detail
+
+        out.print(f"[bold red]{collapse_detail(summary['collapse'])}[/]: its scores are a constant answer's, not the "
+                  "method's; lower --learning-rate", highlight=False)
     out.print(_files_table(figures["files"]))
 
 

@@ -69,6 +69,15 @@ def prepare_data(cfg: DataOptions, run_dir: Path, *, write: bool = True) -> RunD
     return RunData(dataset=dataset, train=sample, val=select(dataset, splits, "val"), rubric=rubric, split_seed=splits.seed)
 
 
+def val_sample(data: RunData, limit: int | None) -> list[Example]:
+    """The val items a run scores while it trains (SFT's checkpoint selection, RL's path on val):
+    ``limit`` of them, a random sample stratified by label and seeded by the splits' seed
+    (``labelrl.data.sample``), all when None. ``labelrl eval`` and the ladder draw their val sample
+    the same way (``labelrl.evaluate.predict.load_eval_data``), so with the same limit these are
+    the items the ladder's val evaluations score."""
+    return sample_examples(data.val, limit, data.split_seed)
+
+
 def noise_record(rate: float, seed: int, n_train: int, flips: list[dict]) -> dict:
     """``label_noise.json``: the rate asked for, the share flipped and every flip."""
     return {"label_noise": rate, "seed": seed, "n_train": n_train, "n_flipped": len(flips),

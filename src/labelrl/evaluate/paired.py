@@ -61,14 +61,40 @@ def shared_ids(runs: Sequence[Predictions]) -> list[str]:
     return [i for i in runs[0].ids if i in common]
 
 
-def _encode_on(run: Predictions, ids: list[str]) -> Encoded:
+def encode_on(run: Predictions, ids: list[str], *, scores: bool = False) -> Encoded:
+    """The run's rows of ``ids``, in that order, encoded (with its label scores when ``scores``)."""
     row = {i: r for r, i in enumerate(run.ids)}
     rows = [row[i] for i in ids]
-    return encode([run.y_true[r] for r in rows], [run.y_pred[r] for r in rows], run.labels)
+    probs = run.scores()[rows] if scores else None
+    return encode([run.y_true[r] for r in rows], [run.y_pred[r] for r in rows], run.labels, probs)
 
 
-def _metric_matrix(encs: list[Encoded], items: np.ndarray, metrics: tuple[str, ...]) -> dict[str, np.ndarray]:
-    """Each metric [n_boot, R] of every run under each replicate's item draw."""
+def bootstrap_draws(n: int, n_runs: tuple[int, int], n_boot: int, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(items [n_boot, n], runs_a [n_boot, S], runs_b [n_boot, T]): the draws of the module
+    docstring, from ``numpy.random.default_rng(seed)`` in that order."""
+    rng = np.random.default_rng(seed)
+    items = rng.integers(0, n, (n_boot, n))
+    return items, rng.integers(0, n_runs[0], (n_boot, n_runs[0])), rng.integers(0, n_runs[1], (n_boot, n_runs[1]))
+
+
+def delta_summary(mat: np.ndarray, points: tuple[list[float], list[float]], runs_a: np.ndarray, runs_b: np.ndarray) -> dict:
+    """One metric's paired difference: the arms' means over their runs (``points``), Δ = B − A and its
+    percentile 95% interval from ``mat [n_boot, S + T]`` (every run's value under each replicate's
+    item draw, A's runs first) under the drawn runs; replicates where Δ is undefined are left out."""
+    pa, pb = points
+    S = len(pa)
+    delta = (np.take_along_axis(mat[:, S:], runs_b, axis=1).mean(axis=1)
+             - np.take_along_axis(mat[:, :S], runs_a, axis=1).mean(axis=1))
+    delta = delta[np.isfinite(delta)]
+    ci = [float(v) for v in np.percentile(delta, [2.5, 97.5])] if len(delta) else None
+    return {"a": float(np.mean(pa)), "b": float(np.mean(pb)), "a_runs": pa, "b_runs": pb,
+            "delta": float(np.mean(pb) - np.mean(pa)), "ci": ci}
+
+
+def metric_matrix(encs: list[Encoded], items: np.ndarray, metrics: tuple[str, ...],
+                  values=metrics_from_weights) -> dict[str, np.ndarray]:
+    """Each metric [n_boot, R] of every run under each replicate's item draw; ``values(weights [B, N],
+    enc)`` computes the metrics of row-weighted items (default ``metrics_from_weights``)."""
     n_boot, n = items.shape
     out = {m: np.empty((n_boot, len(encs))) for m in metrics}
     chunk = max(1, _CELLS // max(n, 1))
@@ -77,14 +103,15 @@ def _metric_matrix(encs: list[Encoded], items: np.ndarray, metrics: tuple[str, .
         b = len(draws)
         weights = np.bincount((draws + (np.arange(b) * n)[:, None]).ravel(), minlength=b * n).reshape(b, n).astype(np.float64)
         for r, enc in enumerate(encs):
-            values = metrics_from_weights(weights, enc)
+            computed = values(weights, enc)
             for m in metrics:
-                out[m][start : start + b, r] = values[m]
+                out[m][start : start + b, r] = computed[m]
     return out
 
 
-def _point(enc: Encoded, metric: str) -> float:
-    return float(metrics_from_weights(np.ones((1, enc.n)), enc)[metric][0])
+def point_value(enc: Encoded, metric: str, values=metrics_from_weights) -> float:
+    """``metric`` of the run on its items as they are (every weight 1)."""
+    return float(values(np.ones((1, enc.n)), enc)[metric][0])
 
 
 def mcnemar(a: Encoded, b: Encoded) -> dict:
@@ -114,23 +141,15 @@ def paired_comparison(a: Sequence[Predictions], b: Sequence[Predictions], *, nam
     if n_boot < 1:
         raise ValueError(f"n_boot={n_boot}: the paired interval needs at least 1 bootstrap resample (e.g. 2000)")
     ids = shared_ids([*a, *b])
-    enc_a, enc_b = [_encode_on(r, ids) for r in a], [_encode_on(r, ids) for r in b]
+    enc_a, enc_b = [encode_on(r, ids) for r in a], [encode_on(r, ids) for r in b]
     metrics = tuple(m for m in COMPARED if m != "mean_abs_grade_error" or enc_a[0].labels.kind == "ordinal")
     n, S, T = len(ids), len(a), len(b)
-    rng = np.random.default_rng(seed)
-    items = rng.integers(0, n, (n_boot, n))
-    runs_a, runs_b = rng.integers(0, S, (n_boot, S)), rng.integers(0, T, (n_boot, T))
-    boot = _metric_matrix(enc_a + enc_b, items, metrics)
+    items, runs_a, runs_b = bootstrap_draws(n, (S, T), n_boot, seed)
+    boot = metric_matrix(enc_a + enc_b, items, metrics)
     out: dict = {"names": list(names), "n": n, "n_runs": [S, T], "n_boot": n_boot, "seed": seed, "metrics": {}}
     for m in metrics:
-        pa, pb = [_point(e, m) for e in enc_a], [_point(e, m) for e in enc_b]
-        mat = boot[m]
-        delta = (np.take_along_axis(mat[:, S:], runs_b, axis=1).mean(axis=1)
-                 - np.take_along_axis(mat[:, :S], runs_a, axis=1).mean(axis=1))
-        delta = delta[np.isfinite(delta)]
-        ci = [float(v) for v in np.percentile(delta, [2.5, 97.5])] if len(delta) else None
-        out["metrics"][m] = {"a": float(np.mean(pa)), "b": float(np.mean(pb)), "a_runs": pa, "b_runs": pb,
-                             "delta": float(np.mean(pb) - np.mean(pa)), "ci": ci}
+        points = [point_value(e, m) for e in enc_a], [point_value(e, m) for e in enc_b]
+        out["metrics"][m] = delta_summary(boot[m], points, runs_a, runs_b)
     out["mcnemar"] = [{"a_run": i, "b_run": j, **mcnemar(enc_a[i], enc_b[j])} for i, j in _run_pairs(S, T)]
     out["verdict"] = verdict(out, "balanced_accuracy")
     return out

@@ -30,15 +30,18 @@ def _save(fig, path: str | Path) -> Path:
 
 def plot_roc(result: dict, path: str | Path) -> Path:
     """ROC curve of the scored model with its operating points (target recall, best balanced
-    accuracy, each compared model: filled when reproduced by a threshold, hollow when not)."""
+    accuracy, each compared model: filled when reproduced by a threshold, hollow when not, a
+    cross when a (near-)constant predictor makes the comparison uninformative)."""
     fig, ax = plt.subplots(figsize=(5.5, 5))
     roc = result["roc_curve"]
     ax.plot(roc["fpr"], roc["tpr"], color="C0", label=f"scored model (AUC {result['roc_auc']:.3f})")
     ax.plot([0, 1], [0, 1], color="0.7", linestyle=":", label="chance")
     for i, point in enumerate(result.get("operating_points", [])):
         hollow = point.get("reproduced") is False
+        note = " (constant: uninformative)" if point.get("uninformative") else " (not reproduced)" if hollow else ""
         ax.scatter([point["fpr"]], [point["tpr"]], s=60, zorder=3, edgecolors=f"C{i + 1}", linewidths=1.5,
-                   facecolors="none" if hollow else f"C{i + 1}", label=point["name"] + (" (not reproduced)" if hollow else ""))
+                   marker="X" if point.get("uninformative") else "o",
+                   facecolors="none" if hollow else f"C{i + 1}", label=point["name"] + note)
     ax.set_xlabel("False positive rate (share of negatives flagged, 0–1)")
     ax.set_ylabel(f"True positive rate = recall of {result['positive_label']!r} (0–1)")
     ax.set_xlim(-0.01, 1.01)

@@ -31,6 +31,9 @@ COMPARED_METRICS = ("accuracy", "balanced_accuracy", "precision", "recall", "f1"
 DEFAULT_TOLERANCE = 0.01
 # Item agreement at or above which a matched operating point counts as the same predictions.
 DEFAULT_AGREEMENT = 0.95
+# A model answering one label on at least this share of items, or a chance agreement at least
+# this high, makes item agreement uninformative: any two near-constant predictors agree.
+CONSTANT_SHARE = 0.95
 
 
 def _ratio(num, den):
@@ -160,7 +163,11 @@ def compare_operating_point(
       chance from a model with the same per-class positive rates whose answers are unrelated to
       the scores (``chance_agreement``).
 
-    Verdict: "not reproduced" when the points do not match (rests on the metrics); when they
+    Verdict: "uninformative" first, when either model is (near-)constant — the other model
+    answers one label on ≥ ``CONSTANT_SHARE`` of items (an unparsed answer counts as neither), or
+    the thresholded scored model does, or chance agreement is ≥ ``CONSTANT_SHARE`` — since any
+    two constant predictors sit at a corner of the ROC and agree on every item (rests on
+    nothing). Otherwise "not reproduced" when the points do not match (rests on the metrics); when they
     match, "reproduced" when the items agree at least ``agreement_min`` and the interval's lower
     end clears chance (or every item agrees), "not reproduced on items" when they agree less
     than ``agreement_min``, and "undetermined" when chance alone would agree about as well
@@ -187,7 +194,9 @@ def compare_operating_point(
         "recall_matched_max_difference": float(gaps[by_recall]),
         "recall_matched_differences": {m: matched[m] - theirs[m] for m in (*COMPARED_METRICS, "fpr")},
     }
-    result.update(_agreement(true_pos, score[rows_s] >= curve.thresholds[by_recall], pred_pos, parsed))
+    thresholded = score[rows_s] >= curve.thresholds[by_recall]
+    result.update(_agreement(true_pos, thresholded, pred_pos, parsed))
+    result["constant_share"] = {"compared": _top_share(pred_pos, parsed), "scored": _top_share(thresholded)}
     result.update(_verdict(result, curve.n_pos, curve.n_neg, tolerance, agreement_min))
     return result
 
@@ -224,6 +233,13 @@ def _agreement(true_pos: np.ndarray, thresholded: np.ndarray, pred_pos: np.ndarr
             "chance_agreement": chance_agreement(true_pos, thresholded, pred_pos & parsed)}
 
 
+def _top_share(pred_pos: np.ndarray, parsed: np.ndarray | None = None) -> float:
+    """The share of items given the more frequent of the two answers (unparsed: neither)."""
+    parsed = np.ones(len(pred_pos), bool) if parsed is None else parsed
+    n = max(len(pred_pos), 1)
+    return float(max((pred_pos & parsed).sum(), (~pred_pos & parsed).sum()) / n)
+
+
 def _verdict(r: dict, n_pos: int, n_neg: int, tolerance: float, agreement_min: float) -> dict:
     tol = {"recall": max(tolerance, 1 / n_pos), "fpr": max(tolerance, 1 / n_neg)}
     diff = r["recall_matched_differences"]
@@ -232,7 +248,14 @@ def _verdict(r: dict, n_pos: int, n_neg: int, tolerance: float, agreement_min: f
     items = f"{agree:.3f} [{lo:.3f}, {hi:.3f}] of items agree (chance {chance:.3f})"
     tol_text = (f"tolerance one item of each class: recall ±{tol['recall']:.3f} (1/{n_pos}), "
                 f"FPR ±{tol['fpr']:.3f} (1/{n_neg}), at least {tolerance:g}")
-    if off:
+    constant = [who for who in ("compared", "scored") if r["constant_share"][who] >= CONSTANT_SHARE]
+    if constant or chance >= CONSTANT_SHARE:
+        who = {"compared": "the arm", "scored": "the thresholded SFT model"}
+        why = (" and ".join(f"{who[w]} gives one answer on {r['constant_share'][w]:.3f} of items" for w in constant)
+               or f"chance agreement is {chance:.3f}")
+        verdict, rests = (f"uninformative: a (near-)constant predictor ({why}); {items}; any two constant "
+                          "predictors agree, so this says nothing about the scores"), "nothing"
+    elif off:
         worst = max(off, key=lambda m: abs(diff[m]))
         verdict, rests = (f"not reproduced: at the SFT threshold with the same recall, {worst} differs by "
                           f"{diff[worst]:+.3f} (beyond one item); {items}"), "metrics"
@@ -245,6 +268,7 @@ def _verdict(r: dict, n_pos: int, n_neg: int, tolerance: float, agreement_min: f
     else:
         verdict, rests = f"reproduced: the same operating point within one item, and {items}", "items"
     return {"verdict": verdict, "verdict_rests_on": rests, "reproduced": verdict.startswith("reproduced"),
+            "uninformative": verdict.startswith("uninformative"),
             "point_tolerance": tol, "tolerance_text": tol_text, "agreement_min": agreement_min}
 
 
@@ -290,6 +314,7 @@ def sweep(
         result = compare_operating_point(scored, other, positive, score, tolerance=tolerance, agreement_min=agreement_min)
         out["compared"].append(result)
         points.append({"name": str(result["source"]), "fpr": result["compared_metrics"]["fpr"],
-                       "tpr": result["compared_metrics"]["recall"], "reproduced": result["reproduced"]})
+                       "tpr": result["compared_metrics"]["recall"], "reproduced": result["reproduced"],
+                       "uninformative": result["uninformative"]})
     out["operating_points"] = points
     return out

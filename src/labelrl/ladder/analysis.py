@@ -8,7 +8,13 @@
   against the threshold matching its own val recall (binary), and against the other RL arms
   from the same parent (ablations, with the config keys that differ), paired on the holdout
   items over items and seeds (``labelrl.evaluate.paired``).
-* **verdict**: one line per RL arm in plain words, built from the above.
+* **curve_point** (binary tasks): every RL arm against its SFT parent as a curve (ΔROC-AUC of the
+  label-token scores) and a point (recall and precision of its own answers), on the holdout, added
+  to ``paired.json`` as kind ``curve_vs_sft`` (``labelrl.ladder.curve_vs_sft``).
+* **majority**: the majority-class constant predictor's val and holdout metrics, and every trained
+  arm against it (kind ``vs_majority`` in ``paired.json``; ``labelrl.ladder.majority``).
+* **verdict**: one line per RL arm in plain words, built from the above; an arm collapsed to one
+  answer is named so, never "worse" (``labelrl.ladder.collapse``).
 
 Replicate runs (``ARM@sSEED``) are grouped under their arm. Each analysis that cannot be made
 says why in the returned dict instead of failing the task.
@@ -21,12 +27,17 @@ from typing import Any, Callable
 
 from labelrl.fileio import atomic_write_json
 from labelrl.ladder.arms import eval_paths
+from labelrl.ladder.collapse import add_collapse_and_majority, mark_collapsed
+from labelrl.ladder.curve_vs_sft import add_curve_point, curve_point_comparisons
 from labelrl.ladder.derived import matched_name
+from labelrl.ladder.majority import majority_baseline, majority_comparisons
 
 RL_TYPES = ("rl", "random_reward", "cot_rl")
 SFT_TYPES = ("sft", "control")
 # Config keys that say where a run lives or how it is logged, not what it does.
-UNCOMPARED_KEYS = {"out", "quiet", "report_to", "resume", "stop_after", "checkpoint_every", "seed"}
+UNCOMPARED_KEYS = {"out", "quiet", "report_to", "resume", "stop_after", "checkpoint_every", "seed",
+                   "collapse_share", "collapse_steps", "collapse_max_label_share",  # the collapse detector only reads
+                   "val_path", "eval_limit"}  # an RL run's path on val: scored, never trained on
 
 
 def groups(arms: dict[str, dict]) -> dict[str, list[str]]:
@@ -48,7 +59,9 @@ def analyse_task(task, task_dir: Path, tstate: dict) -> dict:
         "sweep": lambda: _sweeps(task_dir, arms, tstate),
         "compare": lambda: _compare(task_dir, arms, task.n_boot),
         "paired": lambda: paired_comparisons(task_dir, arms, task.n_boot),
+        "curve_point": lambda: curve_point_comparisons(task_dir, arms, tstate, task.n_boot),  # into paired.json
         "rescore": lambda: _rescores(task_dir, arms),
+        "majority": lambda: majority_baseline(task_dir, arms, task.n_boot),  # the constant predictor's row
     }
     out: dict[str, Any] = {}
     for name, make in steps.items():
@@ -224,10 +237,13 @@ def paired_comparisons(task_dir: Path, arms: dict[str, dict], n_boot: int) -> di
         for h in rl_groups[i + 1:]:
             if {arms[r]["from"] for r in grouped[g]} == {arms[r]["from"] for r in grouped[h]}:
                 add("ablation", g, h, grouped[g], grouped[h], config_diff=config_diff(arms[grouped[g][0]], arms[grouped[h][0]]))
+    comparisons += majority_comparisons(task_dir, arms, grouped, n_boot)  # every trained arm vs the constant answer
+    mark_collapsed(comparisons, arms)  # a comparison a collapsed arm loses is worded as the collapse
     path = task_dir / "analysis" / "paired.json"
     atomic_write_json(path, comparisons)
     return {"file": str(path), "comparisons": [{k: c[k] for k in ("kind", "a", "b")}
-                                               | {"verdict": c["result"]["verdict"], "words": verdict_words(c["result"])}
+                                               | {"verdict": c["result"]["verdict"],
+                                                  "words": c.get("words") or verdict_words(c["result"])}
                                                for c in comparisons]}
 
 
@@ -270,4 +286,6 @@ def task_verdict(arms: dict[str, dict], analysis: dict, tstate: dict) -> list[di
         note = "" if paired.get("comparisons") else f"; paired comparisons not made: {paired.get('error') or paired.get('note')}"
         out.append({"arm": g, "runs": runs, "vs_sft": parts[0], "vs_threshold": parts[1], "vs_recall_matched": parts[2],
                     "sweep": sweep, "failed_positive": failed, "text": f"{g}: " + "; ".join(lines) + note})
+    add_curve_point(out, analysis.get("curve_point"))  # binary tasks: the curve (ranking) and the point (answers)
+    add_collapse_and_majority(out, arms, tstate, paired)  # "collapsed to L at step S", never "worse"; vs the majority class
     return out

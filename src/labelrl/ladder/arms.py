@@ -53,6 +53,7 @@ def arm_config(recipe: Recipe, task_name: str, arm_name: str, run_dir: Path) -> 
     task_dir = run_dir / task_name
     options = deep_merge(recipe.defaults.get(family, {}), task.defaults.get(family, {}))
     options = deep_merge(options, arm.options())
+    options.pop("tune", None)  # a defaults section's grid (labelrl.ladder.tune_grid), not an option of the command
     clash = sorted(set(options) & WIRED[family])
     if clash:
         raise ValueError(f"{where}: {', '.join(clash)} set by the ladder (from the arm's place in the recipe); drop them")
@@ -90,6 +91,8 @@ def _wiring(recipe: Recipe, task: TaskSpec, task_dir: Path, arm_name: str, *, fo
         return {"out": task_dir / arm_name / "traces.jsonl", "run_dir": task_dir, "split": "train", "teacher": teacher}
     if not forced:
         base = task.data_options() | {"model": recipe.model}
+        if family == "rl":  # the RL path on val (--val-path) scores the items of the arms' val evaluations
+            base["eval_limit"] = task.eval_limit
         return base | ({"mode": "reasoning"} if arm.type in ("cot_sft", "cot_rl") else {})
     wired: dict[str, Any] = {"out": task_dir / arm_name}
     if arm.type == "cot_sft":

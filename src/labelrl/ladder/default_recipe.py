@@ -10,6 +10,13 @@ One task on the file, with its label audit, and these arms:
 * ``threshold``: SFT with the decision rule chosen on val, the baseline an RL arm must beat to
   have bought more than a moved operating point.
 
+**A matched tuning budget.** A budget's ``tune`` (or the ``tune`` argument) gives every SFT arm
+(``defaults.sft.tune``) and every RL arm (``defaults.rl.tune``) a grid (``labelrl.ladder.tune``):
+each arm trains one candidate per grid point and keeps the best on val. The SFT and the RL grids
+must have the same number of candidates (their values may differ: a learning rate that suits SFT
+need not suit RL), so no family gets more tries at val than another. ``cpu`` gives each two
+learning rates, ``gpu`` three; ``smoke`` none (the plumbing, not an answer).
+
 ``--budget`` sets the scale: ``smoke`` (tiny-random unless ``--model``, a few steps: the plumbing
 on any file in minutes), ``cpu`` (SmolLM2-135M with LoRA, the demo's scale: a real run on a
 2-core CPU), ``gpu`` (a local model you name, full epochs, G = 8, three seeds). The recipe is
@@ -20,6 +27,7 @@ written into the run directory as ``recipe.yaml``, to edit and run again with
 from __future__ import annotations
 
 import copy
+import math
 import re
 from pathlib import Path
 
@@ -32,29 +40,33 @@ _SCALE = {
         "sft": {"lora": False, "learning_rate": 3.0e-3, "max_steps": 8, "batch_size": 8, "eval_every": 8},
         "rl": {"lora": False, "learning_rate": 1.0e-3, "steps": 3, "group_size": 4, "prompts_per_step": 4,
                "max_new_tokens": 12, "checkpoint_every": 3},
+        "tune": None,  # {"sft": {"learning_rate": [...]}, "rl": {"learning_rate": [...]}}: equal-sized grids
     },
     "cpu": {
         "model": "smollm2-135m-instruct",
         "task": {"limit": 320, "eval_limit": 64, "holdout_limit": 256, "n_boot": 1000},
-        "sft": {"max_steps": 40, "batch_size": 8, "eval_every": 40, "eval_limit": 64, "learning_rate": 2.0e-4},
-        "rl": {"steps": 16, "group_size": 4, "prompts_per_step": 4, "max_new_tokens": 12, "learning_rate": 5.0e-5,
-               "checkpoint_every": 8},
+        "sft": {"max_steps": 40, "batch_size": 8, "eval_every": 40, "eval_limit": 64},
+        "rl": {"steps": 16, "group_size": 4, "prompts_per_step": 4, "max_new_tokens": 12, "checkpoint_every": 8},
+        # Two tries each, chosen on val: around SFT's LoRA rate and RL's measured default (3e-6).
+        "tune": {"sft": {"learning_rate": [1.0e-4, 3.0e-4]}, "rl": {"learning_rate": [3.0e-6, 1.0e-5]}},
     },
     "gpu": {
         "model": None,  # a local model directory: --model
         "task": {"n_boot": 2000, "seeds": [0, 1, 2]},
-        "sft": {"epochs": 2, "batch_size": 16, "eval_every": 100, "eval_limit": 500, "learning_rate": 1.0e-4},
-        "rl": {"steps": 300, "group_size": 8, "prompts_per_step": 16, "max_new_tokens": 16, "learning_rate": 1.0e-5,
-               "checkpoint_every": 25},
+        "sft": {"epochs": 2, "batch_size": 16, "eval_every": 100, "eval_limit": 500},
+        "rl": {"steps": 300, "group_size": 8, "prompts_per_step": 16, "max_new_tokens": 16, "checkpoint_every": 25},
+        "tune": {"sft": {"learning_rate": [3.0e-5, 1.0e-4, 3.0e-4]}, "rl": {"learning_rate": [1.0e-6, 3.0e-6, 1.0e-5]}},
     },
 }
 
 
 def default_recipe(data: str | Path, *, kind: str, labels: list[str], budget: str = "smoke", model: str | None = None,
                    text_col: list[str] | None = None, label_col: str | None = None, label_list: str | None = None,
-                   rubric: Path | None = None, name: str | None = None, data_options: dict | None = None) -> dict:
+                   rubric: Path | None = None, name: str | None = None, data_options: dict | None = None,
+                   tune: dict | None = None) -> dict:
     """The recipe (a plain dict, as YAML would give) for a dataset of ``kind`` with ``labels``;
-    ``data_options`` (e.g. ``on_bad_row``, ``delimiter``) go to the task as they are."""
+    ``data_options`` (e.g. ``on_bad_row``, ``delimiter``) go to the task as they are; ``tune``
+    (``{"sft": GRID, "rl": GRID}``, default: the budget's) the matched grids of the module docstring."""
     if budget not in BUDGETS:
         raise ValueError(f"--budget {budget!r}: choose one of {', '.join(BUDGETS)}")
     scale = copy.deepcopy(_SCALE[budget])
@@ -76,7 +88,30 @@ def default_recipe(data: str | Path, *, kind: str, labels: list[str], budget: st
     task_name = re.sub(r"[^A-Za-z0-9_-]+", "_", stem).strip("_") or "data"
     return {"version": 1, "name": stem, "description": f"The default ladder for {kind} labels ({', '.join(labels)}), "
             f"budget {budget}: direct SFT, GRPO, Dr. GRPO{', CoRPO' if kind == 'ordinal' else ''} and SFT + threshold.",
-            "model": model, "seed": 0, "defaults": {"sft": scale["sft"], "rl": scale["rl"]}, "tasks": {task_name: task}}
+            "model": model, "seed": 0, "defaults": matched_tuning({"sft": scale["sft"], "rl": scale["rl"]},
+                                                               tune if tune is not None else scale["tune"]),
+            "tasks": {task_name: task}}
+
+
+def grid_size(grid: dict) -> int:
+    """Candidates in a grid (every combination of its lists)."""
+    return math.prod(len(values) for values in grid.values())
+
+
+def matched_tuning(defaults: dict, tune: dict | None) -> dict:
+    """``defaults`` with the SFT and RL grids of ``tune`` set as ``defaults.FAMILY.tune``, after
+    checking that both are there and try as many candidates."""
+    if not tune:
+        return defaults
+    missing = sorted({"sft", "rl"} - set(tune))
+    if missing or set(tune) - {"sft", "rl"}:
+        raise ValueError(f"tune {tune}: give one grid for sft and one for rl (missing: {', '.join(missing) or 'none'}), "
+                         "e.g. {'sft': {'learning_rate': [...]}, 'rl': {'learning_rate': [...]}}")
+    sizes = {family: grid_size(grid) for family, grid in tune.items()}
+    if sizes["sft"] != sizes["rl"]:
+        raise ValueError(f"tune: SFT tries {sizes['sft']} candidates and RL {sizes['rl']}; a matched tuning budget gives "
+                         "both the same number of candidates (list as many values for each)")
+    return {family: dict(options, tune=copy.deepcopy(tune[family])) for family, options in defaults.items()}
 
 
 def default_arms(kind: str, labels: list[str]) -> dict:

@@ -68,6 +68,8 @@ class ArmSpec(BaseModel):
     teacher: Optional[str] = None
     seeds: Optional[list[int]] = Field(None, description="Replicates: one run per seed (named ARM@sSEED), overriding the task's seeds.")
     replicate_of: Optional[str] = Field(None, description="Set by the ladder on a replicate run: the arm it replicates.")
+    tune: Optional[Any] = Field(None, description="Config field → values to try; the best on val becomes the arm (labelrl.ladder.tune). `{}`: no tuning.")
+    tuned_by: Optional[str] = Field(None, description="Set by the ladder on a replicate run of a tuned arm: the run (its first seed's) whose val selection it uses.")
 
     def options(self) -> dict[str, Any]:
         return dict(self.model_extra or {})
@@ -99,6 +101,7 @@ class TaskSpec(BaseModel):
     ood: list[str] = Field(default_factory=list, description="Other datasets each arm is also scored on (their holdout split).")
     eval_max_new_tokens: Optional[int] = Field(None, ge=1, description="Token cap of generated evaluations (default: a reasoning arm's own cap, the one it trained or distilled at).")
     generate_eval: bool = Field(True, description="Also score direct RL arms by their own greedy generations parsed strictly (what a user without logit access gets).")
+    on_collapse: Literal["continue", "stop"] = Field("continue", description="An RL arm flagged collapsed to one answer (labelrl.train.collapse): continue evaluates it as any arm and names the collapse in the verdict; stop marks it status collapsed, spends no holdout look on it and skips the arms that start from it.")
     score_train: Optional[bool] = Field(None, description="Score the training sample with the direct SFT model (difficulty for distillation survival and the ambiguous residue); default: when the task has distill arms.")
     eval_label_cols: list[str] = Field(default_factory=list, description="Other answer keys (label columns of the data, or a relabel arm's name): every evaluation is also scored against each, from the same predictions.")
     pass_at_k: Optional[int] = Field(None, ge=1, description="Also report pass@k on val for the SFT and RL arms (k of --pass-samples sampled answers).")
@@ -137,6 +140,8 @@ class Recipe(BaseModel):
 
     @model_validator(mode="after")
     def _check(self) -> "Recipe":
+        from labelrl.ladder.tune_grid import tuned_arms  # it imports this module
+
         if self.version != RECIPE_FORMAT:
             raise ValueError(f"version: {self.version}: this labelrl reads recipe format {RECIPE_FORMAT}; update the recipe")
         for scope, defaults in [("defaults", self.defaults)] + [(f"tasks.{t}.defaults", s.defaults) for t, s in self.tasks.items()]:
@@ -146,7 +151,7 @@ class Recipe(BaseModel):
         for task_name, task in self.tasks.items():
             _check_arms(task_name, task)
             self._declared_arms[task_name] = dict(task.arms)
-            task.arms = expand_replicates(task_name, task)
+            task.arms = expand_replicates(task_name, task, tuned=tuned_arms(self.defaults, task_name, task))
         return self
 
     def as_written(self) -> dict:
@@ -194,11 +199,12 @@ def _runs(name: str, arm: ArmSpec, seeds: list[int] | None) -> list[tuple[str, i
     return [(name, seeds[0])] if len(seeds) == 1 else [(f"{name}{REPLICATE_MARK}{s}", s) for s in seeds]
 
 
-def expand_replicates(task_name: str, task: TaskSpec) -> dict[str, ArmSpec]:
+def expand_replicates(task_name: str, task: TaskSpec, tuned: set[str] | frozenset[str] = frozenset()) -> dict[str, ArmSpec]:
     """The task's arms as concrete runs: an arm with several seeds (its own ``seeds``, else the
     task's; never a distill arm) becomes one run per seed, ``ARM@sSEED``, each with that
     ``seed``. A run's parent is its parent arm's run of the same seed when the parent is
     replicated, else the parent's single run; a threshold arm follows its parent's seeds.
+    The runs of an arm in ``tuned`` after the first are ``tuned_by`` the first (only it tunes).
     Runs are listed in the recipe's arm order."""
     runs: dict[str, list[tuple[str, int | None]]] = {}
     specs: dict[str, list[ArmSpec]] = {}
@@ -218,10 +224,12 @@ def expand_replicates(task_name: str, task: TaskSpec) -> dict[str, ArmSpec]:
             seeds = [s for _, s in parent] if parent and len(parent) > 1 else None
         runs[name] = _runs(name, arm, seeds)
         specs[name] = []
+        first_run, first_seed = runs[name][0]
         for _, seed in runs[name]:
             extra = dict(arm.options()) | ({"seed": seed} if seed is not None and arm.type != "threshold" else {})
             fields = {"type": arm.type, "from": _parent_run(where, arm, parent, seed), "teacher": arm.teacher,
-                      "replicate_of": name if len(runs[name]) > 1 else None}
+                      "replicate_of": name if len(runs[name]) > 1 else None, "tune": arm.tune,
+                      "tuned_by": first_run if name in tuned and seed != first_seed else None}
             specs[name].append(ArmSpec.model_validate(fields | extra))
     return {run: spec for name in task.arms for (run, _), spec in zip(runs[name], specs[name])}
 
@@ -240,9 +248,12 @@ def _parent_run(where: str, arm: ArmSpec, parent: list[tuple[str, int | None]] |
 
 
 def requires(task: TaskSpec, arm_name: str) -> list[str]:
-    """The arms this arm cannot run without: its ``from``, and a distill arm's teacher arm."""
+    """The arms this arm cannot run without: its ``from``, the run whose tuning it follows
+    (``tuned_by``), and a distill arm's teacher arm."""
     arm = task.arms[arm_name]
     deps = [arm.from_] if arm.from_ else []
+    if arm.tuned_by:  # a replicate trains with the values its first seed's run chose on val
+        deps.append(arm.tuned_by)
     if arm.type == "distill" and arm.teacher in task.arms:
         deps.append(arm.teacher)
     return deps

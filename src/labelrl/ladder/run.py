@@ -23,7 +23,11 @@ from rich.console import Console
 from labelrl.fileio import RunLock, atomic_write_json, atomic_write_text
 from labelrl.ladder.analysis import RL_TYPES, analyse_task
 from labelrl.ladder.arms import LadderStopped, arm_config, train_arm
+from labelrl.ladder.collapse import COLLAPSED, stops_on_collapse
+from labelrl.train.collapse import collapse_detail
 from labelrl.ladder.recipe import FAMILY, Recipe, TaskSpec, requires, run_order
+from labelrl.ladder.tune import tune_or_follow
+from labelrl.ladder.tune_grid import arm_grid, finished_config_matches
 
 STATE_FILE = "ladder.json"
 STATE_FORMAT = 1
@@ -40,6 +44,7 @@ class Ladder:
     def __init__(self, recipe: Recipe, run_dir: Path, console: Console) -> None:
         self.recipe, self.run_dir, self.console = recipe, Path(run_dir).resolve(), console
         self.configs = {t: {a: arm_config(recipe, t, a, self.run_dir) for a in task.arms} for t, task in recipe.tasks.items()}
+        self.grids = {t: {a: arm_grid(recipe, t, a, cfg) for a, cfg in arms.items()} for t, arms in self.configs.items()}
         self.state = read_state(self.run_dir) or {"format": STATE_FORMAT, "recipe": recipe.name, "tasks": {}}
         self.state["run_dir"] = str(self.run_dir)
         self.state["task_order"] = list(recipe.tasks)  # the JSON is saved with sorted keys
@@ -52,7 +57,7 @@ class Ladder:
         for task_name, arms in self.configs.items():
             for arm_name, cfg in arms.items():
                 old = self.state["tasks"].get(task_name, {}).get("arms", {}).get(arm_name)
-                if old and old.get("status") == "done" and old.get("config") != cfg.model_dump(mode="json"):
+                if old and old.get("status") == "done" and not finished_config_matches(cfg, self.grids[task_name][arm_name], old):
                     raise ValueError(
                         f"tasks.{task_name}.arms.{arm_name}: finished in {self.run_dir} with another config; "
                         f"use a new run directory, or delete {self.run_dir / task_name / arm_name} and its entry to redo it")
@@ -75,7 +80,9 @@ class Ladder:
         self.save()
         for arm_name in run_order(task):
             self.run_arm(task_name, task, arm_name)
+        started = time.monotonic()
         tstate["analysis"] = analyse_task(task, task_dir, tstate)
+        tstate["seconds_analysis"] = time.monotonic() - started
         tstate["verdict"] = tstate["analysis"].get("verdict", [])
         self.save()
 
@@ -103,7 +110,7 @@ class Ladder:
         start = time.monotonic()
         try:
             self._train_and_evaluate(task, self.run_dir / task_name, arm_name, arm.type, cfg, st)
-            st["status"] = "done"
+            st["status"] = COLLAPSED if stops_on_collapse(task, st) else "done"
             st.pop("error", None)  # a rerun that succeeds leaves no trace of an earlier failure
             (self.run_dir / task_name / arm_name / "error.txt").unlink(missing_ok=True)
         except LadderStopped:
@@ -130,14 +137,26 @@ class Ladder:
 
             st["relabel"] = relabel_arm(task_dir, arm_name, cfg, self.console)
             return
+        started = time.monotonic()
+        cfg = self.configs[task_dir.name][arm_name] = tune_or_follow(  # a tuned arm becomes its grid's winner
+            task, task_dir, arm_name, arm_type, cfg, self.grids[task_dir.name][arm_name], self.configs[task_dir.name],
+            self.state["tasks"][task_dir.name]["arms"], self.save, self.console)
+        st["config"] = cfg.model_dump(mode="json")
         train_arm(arm_type, cfg, task_dir, self.console)
         if FAMILY[arm_type] == "distill":
             summary = json.loads((task_dir / arm_name / "traces.summary.json").read_text(encoding="utf-8"))
             st["survival"] = summary["overall"]
             return
+        st["seconds_train"] = time.monotonic() - started  # tuning candidates included (their val scoring too)
         if FAMILY[arm_type] == "rl":
             st["train"] = rl_training_summary(task_dir / arm_name)
+            if stops_on_collapse(task, st):  # on_collapse: stop: no look spent on a constant answer
+                self.console.print(f"[yellow]{task_dir.name}/{arm_name}: {collapse_detail(st['train']['collapse'])}; "
+                                   "on_collapse: stop, so it is not evaluated[/]")
+                return
+        started = time.monotonic()
         evaluate_final(task, task_dir, arm_name, arm_type, cfg, self.configs[task_dir.name], st, self.save, self.console)
+        st["seconds_eval"] = time.monotonic() - started
 
     def _derive(self, task_dir: Path, arm_name: str, cfg, st: dict) -> None:
         """A threshold arm: its parent's scores with rules chosen on val (no training, no new look)."""
@@ -166,13 +185,16 @@ def _rl_fields(cfg) -> dict[str, Any]:
 
 
 def rl_training_summary(arm_dir: Path) -> dict[str, Any]:
-    """First and last step's mean reward and the run's mean failed-positive fraction."""
+    """First and last step's mean reward, the run's mean failed-positive fraction and its
+    collapse flag (``rl_summary.json``'s, labelrl.train.collapse; None when not collapsed)."""
     from labelrl import metrics_keys as K
     from labelrl.fileio import read_jsonl
 
     records = read_jsonl(arm_dir / "metrics.jsonl")
+    summary = json.loads((arm_dir / "rl_summary.json").read_text(encoding="utf-8"))
     return {"steps": len(records), "reward_first": records[0][K.REWARD_MEAN], "reward_last": records[-1][K.REWARD_MEAN],
-            "failed_positive_frac": sum(r[K.FAILED_POSITIVE_FRAC] for r in records) / len(records)}
+            "failed_positive_frac": sum(r[K.FAILED_POSITIVE_FRAC] for r in records) / len(records),
+            "collapse": summary.get("collapse")}
 
 
 def prepare_task(task: TaskSpec, task_dir: Path, seed: int) -> dict[str, Any]:

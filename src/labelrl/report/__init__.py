@@ -9,14 +9,16 @@ failed or skipped arm appears in the table with its error or reason.
 0. the verdict per task: each RL arm against SFT, SFT + threshold and the recall-matched
    threshold, paired over items and seeds ("no detectable difference" when the interval covers 0);
 1. comparison table per task: every arm's val / holdout / OOD metrics with 95% intervals, the
-   audit's ceiling, repeat-holdout marks, failed and skipped arms, replicate means over seeds,
+   audit's ceiling, the majority-class constant predictor, RL arms collapsed to one answer,
+   repeat-holdout marks, failed and skipped arms, replicate means over seeds,
    the threshold arms; the samples every arm used; the paired comparisons with the config keys
-   an ablation changes;
+   an ablation changes; the values each tuned arm tried on val, with the one chosen;
 2. reward, rollout accuracy and balanced accuracy per RL step; SFT val metrics per eval;
 3. completion length, truncation and think closure per step; the truncation tax by length;
 4. skip-rule drift: uniform-group fraction, label share among informative groups vs data;
 5. failed-positive fraction per step for every RL arm, CoRPO's regime shares;
-6. the SFT model's ROC with each RL arm's operating point and verdict; the routing summary;
+6. the SFT model's ROC with each RL arm's operating point and verdict, each RL arm's path on val per
+   checkpoint (binary: on the SFT parent's val ROC); the routing summary;
 7. the distillation decomposition (filter and objective effects) and trace survival;
 8. holdout balanced accuracy against injected training-label noise, per arm;
 9. the lenient parser's reward inflation on the logged rollouts, and pass@k;
@@ -32,8 +34,11 @@ from typing import Callable
 from labelrl import metrics_keys as K
 from labelrl.fileio import atomic_write_text
 from labelrl.report import analyses as A
+from labelrl.report import baselines as B
 from labelrl.report import conclusions as C
 from labelrl.report import figures as F
+from labelrl.report import op_path as P
+from labelrl.report import tuning as T
 from labelrl.report.collect import ArmData, RunData, TaskData, collect_run
 from labelrl.report.render import (Block, FigureSink, Heading, Items, Para, TableBlock, fmt, fmt_ci, to_html,
                                    to_markdown)
@@ -63,7 +68,7 @@ NOT_RUN = {
     "length": "no RL arm logged per-step metrics or rollouts.",
     "drift": "no RL arm logged groups/uniform_frac.",
     "advantages": "no RL arm logged adv/failed_positive_frac.",
-    "roc": "no analysis/sweep.json or analysis/route-*.json in any task.",
+    "roc": "no analysis/sweep.json, analysis/route-*.json or RL val_path.jsonl in any task.",
     "distill": "no analysis/compare.json and no distill arm summary (traces.summary.json) in any task.",
 }
 
@@ -105,6 +110,8 @@ def _status_note(arm: ArmData) -> str:
         return f"skipped: {first or 'no reason recorded'}"
     if arm.status in ("pending", "running"):
         return f"not finished ({arm.status})"
+    if arm.collapse:
+        return B.collapse_note(arm)
     if arm.type == "distill":
         return "teacher traces: see section 7"
     if arm.type == "threshold" and arm.rule:
@@ -156,6 +163,8 @@ def comparison(task: TaskData, sink: FigureSink) -> list[Block]:
     error or reason of each failed or skipped arm."""
     cols = _metric_columns(task)
     rows, classes = [_ceiling_row(task, cols)], ["ceiling"]
+    majority = B.majority_rows(task, cols)  # the constant predictor: the floor every arm must clear
+    rows, classes = rows + majority, classes + ["ceiling"] * len(majority)
     for arm in task.arms:
         for row in _arm_rows(arm, cols):
             rows.append(row)
@@ -168,6 +177,7 @@ def comparison(task: TaskData, sink: FigureSink) -> list[Block]:
     caption = f"{task.name}: {task.data or '?'} ({task.kind or '?'}; labels {', '.join(task.labels) or '?'})"
     blocks: list[Block] = [TableBlock(columns, rows, caption, classes), *C.samples_table(task), *C.paired_table(task),
                            *A.drop_table(task)]
+    blocks += T.tuning(task, sink)  # the values each tuned arm tried on val, and the one chosen
     troubled = [a for a in task.arms if a.status in ("failed", "skipped")]
     if troubled:
         items = [f"{a.name} ({a.status}): {a.error or 'no reason recorded'}"
@@ -316,9 +326,10 @@ def _why_not(task: TaskData, name: str, default: str) -> str:
 def roc(task: TaskData, sink: FigureSink) -> list[Block]:
     """Section 6: the SFT ROC with the RL operating points and verdicts; routing per arm."""
     notes = task.analysis_notes
+    path = P.path_blocks(task, sink)  # the RL checkpoints' path on val (binary: on the SFT ROC)
     if task.sweep is None and not task.routes and not ("sweep" in notes or "route" in notes):
-        return []
-    blocks: list[Block] = []
+        return path
+    blocks: list[Block] = path
     if task.sweep is not None:
         blocks += _sweep_blocks(task, sink)
     else:

@@ -90,6 +90,8 @@ class ArmData:
     pass_at_k: dict | None = None
     eval_max_new_tokens: int | None = None
     relabel: dict | None = None  # a relabel arm's summary (agreement with the original labels, self-agreement)
+    collapse: dict | None = None  # RL arms: collapsed to one answer ({label, step, share, series}; labelrl.train.collapse)
+    tune: dict | None = None  # labelrl.ladder.tune: the grid, each candidate's val metrics and the chosen values
 
     @property
     def is_rl(self) -> bool:
@@ -134,6 +136,7 @@ class TaskData:
     success_threshold: float | None = None  # None: full credit
     ambiguous: dict[str, set] = field(default_factory=dict)  # kind → item ids (for the residue drift)
     train_ids: list[str] = field(default_factory=list)  # the training sample
+    majority: dict | None = None  # analysis/majority.json: the majority-class predictor's label, val and holdout metrics
 
     def rl_arms(self) -> list[ArmData]:
         return [a for a in self.arms if a.is_rl]
@@ -366,6 +369,8 @@ def _read_arm(name: str, entry: dict, task: TaskData, run_dir: Path, problems: l
         setattr(arm, key, _mapping(entry.get(key)) or None)
     arm.answer_keys = {k: v for k, v in _mapping(entry.get("answer_keys")).items() if isinstance(v, dict)}
     arm.eval_max_new_tokens = entry.get("eval_max_new_tokens")
+    arm.collapse = _mapping(_mapping(entry.get("train")).get("collapse")) or None
+    arm.tune = _mapping(entry.get("tune")) or None
     if arm.status == "failed" and (arm_dir / "error.txt").is_file():
         lines = (arm_dir / "error.txt").read_text(encoding="utf-8", errors="replace").strip().splitlines()
         arm.traceback = "\n".join(lines[-TRACEBACK_LINES:])
@@ -415,6 +420,7 @@ def _read_task(name: str, entry: dict, run_dir: Path, problems: list[str]) -> Ta
     analysis = task.dir / "analysis"
     task.sweep = read_json(analysis / "sweep.json", problems)
     task.compare = read_json(analysis / "compare.json", problems)
+    task.majority = read_json(analysis / "majority.json", problems)
     task.verdict = [v for v in (entry.get("verdict") or []) if isinstance(v, dict)]
     paired = _read_json_list(analysis / "paired.json", problems)
     task.paired = [c for c in paired if isinstance(c, dict) and isinstance(c.get("result"), dict)]

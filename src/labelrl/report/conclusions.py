@@ -18,6 +18,10 @@ from labelrl.report.render import Block, FigureSink, Items, Para, TableBlock, fm
 KIND_TEXT = {"vs_sft": "against its SFT parent", "vs_threshold": "against SFT + threshold chosen on val",
              "vs_recall_matched": "against SFT at its own val recall", "ablation": "ablation (same parent)"}
 DELTA_TEXT = {"balanced_accuracy": "ΔBA", "accuracy": "Δaccuracy", "mean_abs_grade_error": "Δ|grade error|"}
+KIND_TEXT["vs_majority"] = "against the majority class (a constant answer)"  # labelrl.ladder.majority
+# labelrl.ladder.curve_vs_sft: the ranking (ROC-AUC of the scores) and the answers, against the SFT parent
+KIND_TEXT["curve_vs_sft"] = "curve (ranking) and point (own answers) against its SFT parent"
+DELTA_TEXT |= {"roc_auc": "ΔROC-AUC", "recall": "Δrecall", "precision": "Δprecision"}
 
 
 def verdict(task: TaskData, sink: FigureSink) -> list[Block]:
@@ -46,12 +50,19 @@ def paired_table(task: TaskData) -> list[Block]:
         diff = "; ".join(f"{k}: {a} → {b}" for k, (a, b) in (c.get("config_diff") or {}).items())
         runs = r.get("n_runs") or [1, 1]
         rows.append([f"{c['b']} vs {c['a']}", KIND_TEXT.get(c["kind"], c["kind"]), fmt(r.get("n"), 0),
-                     f"{runs[0]} / {runs[1]}", *cells, p_values or "—", r.get("verdict", ""), diff or "—"])
+                     f"{runs[0]} / {runs[1]}", *cells, p_values or "—", _verdict_cell(c), diff or "—"])
     columns = ["B vs A", "comparison", "items", "runs A / B", *[f"{DELTA_TEXT[m]} (B − A) [95% CI]" for m in metrics],
                "McNemar p (per run pair)", "verdict", "config that differs (A → B)"]
     caption = (f"{task.name}: paired comparisons on the holdout (bootstrap over items and seeds, "
                f"{task.paired[0]['result'].get('n_boot', '?')} resamples)")
     return [TableBlock(columns, rows, caption)]
+
+
+def _verdict_cell(c: dict) -> str:
+    """The comparison's verdict; with a side collapsed to one answer, the ladder's words, which name
+    the collapse instead of "worse" (labelrl.ladder.collapse)."""
+    plain = c["result"].get("verdict", "")
+    return f"{c['b']} vs {c['a']}: {c['words']}" if c.get("collapsed") and c.get("words") else plain
 
 
 def samples_table(task: TaskData) -> list[Block]:

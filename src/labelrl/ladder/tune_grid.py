@@ -1,0 +1,150 @@
+"""The grid of a tuned arm: which config values it tries, checked before anything runs.
+
+``tune`` maps fields of an arm's config to the values to try, e.g.
+``tune: {learning_rate: [2.0e-6, 1.0e-5, 5.0e-5]}``. The candidates are every combination of the
+listed values, in the order listed (the first key varies slowest); ``labelrl.ladder.tune``
+trains them and keeps the best on val.
+
+A grid may be set on an arm or in a ``defaults`` section (the recipe's or a task's, ``sft`` or
+``rl``), so every arm of a family gets the same budget. The most specific one wins whole: the
+arm's own ``tune``, else its task's ``defaults.FAMILY.tune``, else the recipe's; ``tune: {}``
+turns tuning off for one arm. Only arms that train a model can tune (sft, control, cot_sft and
+the RL arms), and only training options: not the seed (replicates are ``seeds:``), the task's
+data and samples (the same for every arm) or a key the ladder wires.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from labelrl.data.options import DataOptions
+from labelrl.ladder.arms import WIRED
+from labelrl.ladder.recipe import FAMILY, Recipe, TaskSpec
+
+TUNABLE = ("sft", "rl")  # families whose arms train a model that val can choose between
+EXAMPLE = "tune: {learning_rate: [1.0e-5, 5.0e-5]}"
+
+
+@dataclass(frozen=True)
+class Grid:
+    """A run's checked grid."""
+
+    where: str  # the recipe key it was set at, e.g. defaults.rl.tune
+    grid: dict[str, list]  # field → values as the config reads them (JSON values: 1e-5 written as text is the number)
+    candidates: list[dict]  # every combination, in order; ties between candidates go to the first
+
+
+def check_tune(tune: Any, where: str) -> dict[str, list] | None:
+    """``tune`` as written: None when absent, else a mapping of field name → a non-empty list."""
+    if tune is None:
+        return None
+    if not isinstance(tune, dict):
+        raise ValueError(f"{where}: {tune!r} is not a mapping; write {EXAMPLE} (a config field → the values to try)")
+    for key, values in tune.items():
+        if not isinstance(values, list) or not values:
+            raise ValueError(f"{where}.{key}: {values!r}: give a list of at least one value to try, e.g. {key}: [A, B]")
+    return tune
+
+
+def _refuse_family(family: str, where: str) -> None:
+    if family not in TUNABLE:
+        raise ValueError(f"{where}: a {family} arm trains no model to choose on val (sft, control, cot_sft and the RL "
+                         "arms can tune); drop tune")
+
+
+def resolve_tune(defaults: dict, task_name: str, task: TaskSpec, arm_name: str) -> tuple[str, dict] | None:
+    """(where it was set, the grid as written) of an arm or run (module docstring); None without
+    a grid, for ``tune: {}``, and for a replicate run ``tuned_by`` its first seed's run."""
+    arm = task.arms[arm_name]
+    if arm.tuned_by is not None:
+        return None
+    family = FAMILY[arm.type]
+    scopes = ((f"tasks.{task_name}.arms.{arm.replicate_of or arm_name}.tune", arm.tune),
+              (f"tasks.{task_name}.defaults.{family}.tune", (task.defaults.get(family) or {}).get("tune")),
+              (f"defaults.{family}.tune", (defaults.get(family) or {}).get("tune")))
+    for where, tune in scopes:
+        if check_tune(tune, where) is not None:
+            if not tune:
+                return None
+            _refuse_family(family, where)
+            return where, tune
+    return None
+
+
+def tuned_arms(defaults: dict, task_name: str, task: TaskSpec) -> set[str]:
+    """The declared arms of ``task`` that tune, after checking every ``tune`` of the recipe's and
+    the task's defaults and of the arms."""
+    for scope, sections in (("defaults", defaults), (f"tasks.{task_name}.defaults", task.defaults)):
+        for family, section in sections.items():
+            tune = check_tune((section or {}).get("tune"), f"{scope}.{family}.tune")
+            if tune:
+                _refuse_family(family, f"{scope}.{family}.tune")
+    return {name for name in task.arms if resolve_tune(defaults, task_name, task, name) is not None}
+
+
+def with_values(cfg: BaseModel, values: dict, out: Path | None = None) -> BaseModel:
+    """``cfg`` with ``values`` (and ``out``) set, validated as the config validates its fields."""
+    return type(cfg).model_validate(cfg.model_dump() | values | ({"out": out} if out is not None else {}))
+
+
+def _why_fixed(key: str, family: str) -> str | None:
+    if key == "seed":
+        return "the seed is not chosen on val; give replicates with `seeds: [...]`"
+    if key in DataOptions.model_fields:
+        return "the task's data, samples and answer mode are the same for every candidate"
+    if key in WIRED[family]:
+        return "set by the ladder from the arm's place in the recipe"
+    return None
+
+
+def _read(cfg: BaseModel, values: dict, where: str) -> BaseModel:
+    try:
+        return with_values(cfg, values)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        raise ValueError(f"{where}: {first['msg']}; fix or drop the value") from None
+
+
+def arm_grid(recipe: Recipe, task_name: str, arm_name: str, cfg: BaseModel) -> Grid | None:
+    """The run's grid checked against its resolved config ``cfg``: every key a field of it that a
+    grid may vary, every value and every combination a valid config, no value listed twice.
+    None when the run does not tune."""
+    task = recipe.tasks[task_name]
+    found = resolve_tune(recipe.defaults, task_name, task, arm_name)
+    if found is None:
+        return None
+    where, tune = found
+    arm_type = task.arms[arm_name].type
+    family = FAMILY[arm_type]
+    read: dict[str, list] = {}
+    for key, values in tune.items():
+        if key not in type(cfg).model_fields:
+            raise ValueError(f"{where}.{key}: not an option of a {arm_type} arm; tune options of "
+                             f"`labelrl {family} --help`, e.g. {EXAMPLE}")
+        why = _why_fixed(key, family)
+        if why:
+            raise ValueError(f"{where}.{key}: {why}; tune a training option such as learning_rate")
+        read[key] = [_read(cfg, {key: v}, f"{where}.{key}: {v!r}").model_dump(mode="json")[key] for v in values]
+        twice = sorted({str(v) for v in read[key] if read[key].count(v) > 1})
+        if twice:
+            raise ValueError(f"{where}.{key}: {', '.join(twice)} listed twice (as the config reads them); each value "
+                             "is one candidate model: list it once")
+    candidates = [dict(zip(read, combo)) for combo in itertools.product(*read.values())]
+    for values in candidates:  # cross-field rules hold for every combination
+        _read(cfg, values, f"{where}: the combination {values}")
+    return Grid(where, read, candidates)
+
+
+def finished_config_matches(cfg: BaseModel, grid: Grid | None, old: dict) -> bool:
+    """Whether a finished run's recorded grid and config (``old``, its ladder.json entry) are what
+    the recipe now gives: the same grid, and ``cfg`` with the values it trained with."""
+    tune = old.get("tune") or {}
+    if (grid.grid if grid is not None else None) != tune.get("grid"):
+        return False
+    expected = with_values(cfg, tune["chosen"]) if tune.get("chosen") else cfg
+    return old.get("config") == expected.model_dump(mode="json")

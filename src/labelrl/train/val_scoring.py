@@ -1,0 +1,92 @@
+"""The RL policy scored on val while it trains (``--val-path``): ``RUN_DIR/val_path.jsonl``.
+
+At step 0 (the starting model), every ``--checkpoint-every`` steps and at the last step, the main
+process scores the policy on the val sample (``labelrl.data.prepare.val_sample``: the items SFT's
+in-loop evaluation and, with the ladder's ``eval_limit``, the ladder's val evaluations score) with
+the scorer of ``labelrl eval`` and of SFT (``labelrl.evaluate.predict.score_counted``), and appends
+``labelrl.evaluate.val_path.val_point`` of its answers. The other processes wait at the step's
+checkpoint barrier (at step 0, at the one here).
+
+A step's line is written before its checkpoint, so a kill loses it only together with the
+checkpoint: on resume the lines after the checkpoint's step are dropped (as ``metrics.jsonl``'s
+are) and redone, and a due step without its line (a kill during step 0's scoring) is scored again.
+"""
+
+from __future__ import annotations
+
+import time
+
+from labelrl import metrics_keys as K
+from labelrl.data.prepare import prompt_ids, val_sample
+from labelrl.evaluate.val_path import VAL_PATH_FILE, val_point
+from labelrl.fileio import append_jsonl, atomic_write_jsonl, read_jsonl
+
+
+def enabled(cfg) -> bool:
+    """``--val-path``, by default on in direct mode (label-token scoring needs direct answers)."""
+    return cfg.val_path if cfg.val_path is not None else cfg.mode == "direct"
+
+
+def due(step: int, cfg) -> bool:
+    """Step 0, every ``--checkpoint-every`` steps and the last step are scored."""
+    return step == 0 or step % cfg.checkpoint_every == 0 or step == cfg.steps
+
+
+def start_val_path(run) -> None:
+    """Before the first step of an invocation: a fresh run starts the file anew, a resumed one keeps
+    the lines up to its checkpoint's step; the current step is scored when due and not yet there."""
+    if not enabled(run.cfg):
+        return
+    if run.is_main:
+        path = run.run_dir / VAL_PATH_FILE
+        kept = [r for r in read_jsonl(path) if r["step"] <= run.step] if run.cfg.resume else []
+        if path.exists():
+            atomic_write_jsonl(path, kept)  # one rewrite: a kill here keeps the old file or the cut one
+        if due(run.step, run.cfg) and all(r["step"] != run.step for r in kept):
+            score_and_write(run)
+    run.accelerator.wait_for_everyone()
+
+
+def record_val_point(run) -> dict:
+    """After step ``run.step``'s update and before its checkpoint: score and append the line when
+    the step is due; returns ``{perf/val_seconds: s}`` for the step's metrics (main process only)."""
+    if not (run.is_main and enabled(run.cfg) and due(run.step, run.cfg)):
+        return {}
+    record = score_and_write(run)
+    return {K.VAL_SECONDS: record["seconds"]} if record else {}
+
+
+def score_and_write(run) -> dict | None:
+    """Score the policy on the val sample, append the line, return it (None: the val split is empty)."""
+    from labelrl.evaluate.predict import score_counted
+
+    started = time.perf_counter()
+    cfg, data = run.cfg, run.data
+    examples, prompts = val_prompts(run, val_sample(data, cfg.eval_limit))
+    if not examples:
+        return None
+    probs = score_counted(run.policy, run.tokenizer, prompts, data.dataset.labels, batch_size=16,
+                          description=f"scoring {len(examples)} val items at step {run.step}", plain=cfg.quiet,
+                          dtype=run.dtype)
+    point = val_point(data.dataset.labels, [ex.label for ex in examples], probs.double().numpy())
+    record = {"step": run.step, **point, "seconds": round(time.perf_counter() - started, 3)}
+    append_jsonl(run.run_dir / VAL_PATH_FILE, record)
+    return record
+
+
+def val_prompts(run, examples: list) -> tuple[list, list[list[int]]]:
+    """The val items and their prompt ids, fitted to the model's context with room for the answer
+    by ``--on-long-item``, as ``labelrl eval`` fits them (``labelrl.evaluate.predict.fit_to_context``)."""
+    from labelrl.data.length import fit_prompts
+    from labelrl.evaluate.predict import answer_tokens
+
+    cfg, data, tokenizer = run.cfg, run.data, run.tokenizer
+    render = lambda ex: prompt_ids(tokenizer, [ex], data, cfg.mode)[0]  # noqa: E731
+    context = getattr(getattr(run.policy, "config", None), "max_position_embeddings", None)
+    if not context or not examples:
+        return examples, [render(ex) for ex in examples]
+    answer = answer_tokens(tokenizer, data.dataset.labels, cfg.mode, "scores", None)
+    _, kept, prompts, _ = fit_prompts(tokenizer, examples, render, context - answer, policy=cfg.on_long_item,
+                                      stage="val items", limit=f"the model's context of {context} tokens with {answer} "
+                                      "for the answer", fix="shorten the texts")
+    return kept, prompts

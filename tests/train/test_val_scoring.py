@@ -1,0 +1,107 @@
+"""labelrl.train.val_scoring: RUN_DIR/val_path.jsonl, the RL policy scored on val while it trains."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+
+from labelrl import metrics_keys as K
+from labelrl.evaluate.predict import predict, run_data_options
+from labelrl.evaluate.val_path import val_point
+from labelrl.fileio import append_jsonl, read_jsonl
+from labelrl.ladder.arms import arm_config
+from labelrl.ladder.recipe import load_recipe
+from labelrl.train import rl
+from labelrl.train.config import RLConfig
+from labelrl.train.val_scoring import due, enabled
+
+BINARY_FIELDS = {"step", "n", "seconds", "accuracy", "balanced_accuracy", "recall", "label_share", "positive_label",
+                 "fpr", "tpr", "roc_auc"}
+# tiny-random from scratch answers nothing parseable, so every group would be uniform and skipped; random
+# rewards make the policy move. fp32: the scores are compared bit for bit with `labelrl eval`'s.
+OPTIONS = dict(prompts_per_step=4, group_size=4, max_new_tokens=6, eval_limit=24, precision="fp32", random_reward=True)
+
+
+@pytest.fixture(scope="module")
+def distinct_data(tmp_path_factory):
+    """300 items with distinct texts (the toy task's four repeated texts split by group, which leaves
+    its val split one label), so the val sample holds both labels."""
+    path = tmp_path_factory.mktemp("val_path") / "items.jsonl"
+    words = ["grape", "mango", "chair", "table", "plum", "brick"]
+    with open(path, "w", encoding="utf-8") as handle:
+        for i in range(300):
+            word = words[i % len(words)]
+            label = "yes" if word in ("grape", "mango", "plum") else "no"
+            handle.write(json.dumps({"id": f"r{i}", "text": f"{word} number {i}", "label": label}) + "\n")
+    return path
+
+
+def _scored(model: str, run_dir, limit: int) -> dict:
+    """val_point of `labelrl eval`'s scores of ``model`` on the run's val sample."""
+    pred = predict(model, run_data_options(run_dir), "val", limit=limit, splits_dir=run_dir, precision="fp32")
+    assert len(set(pred.y_true)) == 2  # both labels in the sample: the ROC fields are defined
+    return val_point(pred.labels, pred.y_true, pred.scores())
+
+
+def _without_seconds(records: list[dict]) -> list[dict]:
+    return [{k: v for k, v in r.items() if k != "seconds"} for r in records]
+
+
+def test_written_at_step_0_every_checkpoint_and_the_end_as_labelrl_eval_scores(distinct_data, rl_config, tmp_path):
+    out = tmp_path / "run"
+    rl.run_rl(rl_config("tiny-random", distinct_data, out, steps=3, checkpoint_every=2, **OPTIONS))
+    records = read_jsonl(out / "val_path.jsonl")
+    assert [r["step"] for r in records] == [0, 2, 3]  # step 0, the checkpoint at 2, the last step
+    for r in records:
+        assert set(r) == BINARY_FIELDS and r["n"] == 24 and r["roc_auc"] is not None
+        assert sum(r["label_share"].values()) == pytest.approx(1.0)
+    # the seconds reach metrics.jsonl on the scored steps only
+    assert [K.VAL_SECONDS in r for r in read_jsonl(out / "metrics.jsonl")] == [False, True, True]
+    # The same sample and scorer as `labelrl eval --limit 12`: step 0 is the starting model's scores and the
+    # last step the final model's (a wrong sample, a second scorer, or a point taken before the step's
+    # update would differ).
+    start, final = _scored("tiny-random", out, 24), _scored(str(out), out, 24)
+    assert start != final  # the policy moved, else the two checks below could not tell its points apart
+    assert _without_seconds(records)[0] == {"step": 0, **start}
+    assert _without_seconds(records)[-1] == {"step": 3, **final}
+
+
+def test_a_resumed_run_neither_duplicates_nor_keeps_lines_after_its_checkpoint(distinct_data, rl_config, tmp_path):
+    options = dict(steps=4, checkpoint_every=2, **OPTIONS)
+    rl.run_rl(rl_config("tiny-random", distinct_data, tmp_path / "straight", **options))
+    resumed = tmp_path / "resumed"
+    rl.run_rl(rl_config("tiny-random", distinct_data, resumed, stop_after=2, **options))
+    assert [r["step"] for r in read_jsonl(resumed / "val_path.jsonl")] == [0, 2]
+    # a line written after the last checkpoint, as a kill between a step's line and its checkpoint leaves it
+    append_jsonl(resumed / "val_path.jsonl", {"step": 4, "n": -1})
+    rl.run_rl(rl_config("tiny-random", distinct_data, resumed, resume=True, **options))
+    records = read_jsonl(resumed / "val_path.jsonl")
+    assert [r["step"] for r in records] == [0, 2, 4]  # step 2 not scored twice, the stale step 4 replaced
+    assert _without_seconds(records) == _without_seconds(read_jsonl(tmp_path / "straight" / "val_path.jsonl"))
+
+
+def test_switch_defaults_and_the_steps_scored(tmp_path):
+    direct = RLConfig(model="tiny-random", data="sms-spam", out=tmp_path, steps=25, checkpoint_every=10)
+    assert enabled(direct) and not enabled(direct.model_copy(update={"val_path": False}))
+    assert [s for s in range(26) if due(s, direct)] == [0, 10, 20, 25]
+    reasoning = RLConfig(model="tiny-random", data="sms-spam", out=tmp_path, mode="reasoning")
+    assert not enabled(reasoning)  # label-token scoring cannot read a reasoning model's answer
+    with pytest.raises(ValueError, match="val_path=True with mode='reasoning'.*drop --val-path"):
+        RLConfig(model="tiny-random", data="sms-spam", out=tmp_path, mode="reasoning", val_path=True)
+
+
+def test_the_ladder_scores_rl_arms_on_its_val_sample(tmp_path):
+    raw = {"version": 1, "name": "t", "model": "tiny-random",
+           "tasks": {"toy": {"data": "sms-spam", "eval_limit": 48,
+                             "arms": {"sft": {"type": "sft"}, "grpo": {"type": "rl", "from": "sft"},
+                                      "own": {"type": "rl", "from": "sft", "eval_limit": 8}}}}}
+    path = tmp_path / "recipe.yaml"
+    path.write_text(yaml.safe_dump(raw), encoding="utf-8")
+    recipe = load_recipe(path)
+    assert arm_config(recipe, "toy", "grpo", tmp_path).eval_limit == 48  # the task's, not RLConfig's 200
+    assert arm_config(recipe, "toy", "own", tmp_path).eval_limit == 8  # an arm may still set its own
+    raw["tasks"]["toy"].pop("eval_limit")
+    path.write_text(yaml.safe_dump(raw), encoding="utf-8")
+    assert arm_config(load_recipe(path), "toy", "grpo", tmp_path).eval_limit is None  # the whole val split, as the ladder
