@@ -26,6 +26,10 @@ EQUALITY_CALLS = {"equal", "assert_close", "assert_allclose", "assert_array_equa
 
 # (test file, comparison as ast.unparse writes it) → what changed between the two calls.
 STATEFUL = {
+    ("train/test_reference.py", "torch.equal(_logits(model, ids), start)"):
+        "the adapter was moved after `start` was taken; inside reference.active the starting weights are back",
+    ("train/test_reference.py", "torch.equal(_logits(model, ids), moved)"):
+        "reference.active swapped the weights in and out in between; the trained ones must be back bit for bit",
     ("data/test_split.py", "load_or_make_splits(ds, tmp_path, seed=0) == first"):
         "the first call wrote splits.json; the second must read it (make_splits is patched to fail)",
     ("distill/test_teacher.py", "paths.out.read_text() == before"):

@@ -24,6 +24,10 @@ TASKS = {"spam": {"sft", "grpo"}, "movies": {"sft", "grpo", "corpo"}}  # arms th
 SMALL = [
     f"defaults.sft.max_steps={SFT_STEPS}", f"defaults.sft.eval_every={SFT_STEPS}", f"defaults.sft.eval_limit={VAL_ITEMS}",
     f"defaults.rl.steps={RL_STEPS}", f"defaults.rl.checkpoint_every={RL_STEPS}",
+    # One candidate per grid (the recipe's first rate): the tuning machinery runs on SmolLM2 as in
+    # `make demo`, its selection between candidates is tests/ladder/test_tune.py's.
+    "defaults.sft.tune.learning_rate=[1.0e-4]", "defaults.rl.tune.learning_rate=[3.0e-6]",
+    "tasks.movies.defaults.sft.tune.learning_rate=[1.0e-3]",
     *(f"tasks.{task}.{key}={value}" for task in TASKS for key, value in (
         ("limit", 8 * SFT_STEPS), ("eval_limit", VAL_ITEMS), ("holdout_limit", HOLDOUT_ITEMS), ("n_boot", 100))),
 ]
@@ -56,6 +60,9 @@ def test_demo_runs_every_arm_on_smollm2_and_reports_the_holdout(tmp_path):
             cfg = arm["config"]
             if arm["type"] == "sft":  # the real model, at the test's scale
                 assert cfg["model"] == "smollm2-135m-instruct" and cfg["max_steps"] == SFT_STEPS, (task, name)
+            if arm["type"] in ("sft", "rl"):  # each trained arm went through its grid and kept its candidate
+                assert arm["tune"]["chosen"] == {"learning_rate": cfg["learning_rate"]}, (task, name)
+                assert (out / task / name / "tune" / "selected.json").is_file(), (task, name)
             elif arm["type"] == "rl":
                 assert cfg["steps"] == RL_STEPS and str(out / task) in cfg["model"], (task, name)
                 assert arm["train"]["steps"] == RL_STEPS, (task, name)

@@ -1,7 +1,7 @@
 """The KL reference of an RL run: the model the run started from, frozen.
 
 The k3 penalty β·KL(π_θ ‖ π_ref) (Schulman 2020, "Approximating KL divergence"; GRPO,
-Shao et al. 2024, eq. 3) keeps the policy near π_ref, which must be the starting model of
+Shao et al. 2024, Eq. 4) keeps the policy near π_ref, which must be the starting model of
 this RL run. Switching the LoRA adapter off would give the model *before* SFT when RL
 continues an SFT adapter, so the penalty would pull the policy back past SFT. Instead the
 adapter's starting weights are kept (a few MB for LoRA) and put in place for the reference
