@@ -26,7 +26,7 @@ SMALL = [
     f"defaults.rl.steps={RL_STEPS}", f"defaults.rl.checkpoint_every={RL_STEPS}",
     # One candidate per grid (the recipe's first rate): the tuning machinery runs on SmolLM2 as in
     # `make demo`, its selection between candidates is tests/ladder/test_tune.py's.
-    "defaults.sft.tune.learning_rate=[1.0e-4]", "defaults.rl.tune.learning_rate=[3.0e-6]",
+    "tasks.spam.defaults.sft.tune.learning_rate=[1.0e-4]", "defaults.rl.tune.learning_rate=[3.0e-6]",
     "tasks.movies.defaults.sft.tune.learning_rate=[1.0e-3]",
     *(f"tasks.{task}.{key}={value}" for task in TASKS for key, value in (
         ("limit", 8 * SFT_STEPS), ("eval_limit", VAL_ITEMS), ("holdout_limit", HOLDOUT_ITEMS), ("n_boot", 100))),

@@ -62,9 +62,9 @@ class SFTConfig(DataOptions, ModelOptions):
 
 
 # RL learning-rate defaults from benchmarks/rl_lr_sweep.py (sms-spam, GRPO from the demo's SFT
-# parent, 24 steps, selected on val; docs/performance.md). SFT's 1e-4 drives RL to one answer.
+# parent, 24 steps, selected on val; docs/algorithms.md). Near SFT's 1e-4, RL drifts to one answer.
 RL_LR_LORA = 3e-6
-RL_LR_FULL = 1e-6
+RL_LR_FULL = 3e-7
 
 
 class RLConfig(DataOptions, ModelOptions):
@@ -72,7 +72,7 @@ class RLConfig(DataOptions, ModelOptions):
 
     model_config = ConfigDict(extra="forbid")
 
-    learning_rate: Optional[float] = Field(None, gt=0, description=f"AdamW learning rate. Default: {RL_LR_LORA:g} with --lora, {RL_LR_FULL:g} for full fine-tuning, chosen on val by benchmarks/rl_lr_sweep.py (docs/performance.md, RL learning rate): at 10x these, GRPO from an SFT model drifts to one answer within 24 steps.")
+    learning_rate: Optional[float] = Field(None, gt=0, description=f"AdamW learning rate. Default: {RL_LR_LORA:g} with --lora, {RL_LR_FULL:g} for full fine-tuning, the best on val in a sweep from an SFT model (benchmarks/rl_lr_sweep.py; docs/algorithms.md, RL learning rate): at about 3x these, GRPO drifted toward the majority answer.")
     preset: Literal["grpo", "dr_grpo", "dapo", "corpo", "rloo"] = Field("grpo", description="Named (estimator, surrogate, aggregation) tuple; see docs/algorithms.md.")
     estimator: Optional[str] = Field(None, description="Override the preset's advantage estimator (grpo, dr_grpo, rloo, corpo).")
     surrogate: Optional[str] = Field(None, description="Override the preset's surrogate (pg, clip).")
