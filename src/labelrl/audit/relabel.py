@@ -89,13 +89,14 @@ def read_rubric(path: str | Path) -> str:
 def load_items(
     data: str | Path, *, text_cols: Sequence[str] | None = None, label_col: str | None = None,
     labels: Sequence[str] | str | None = None, limit: int | None = None, on_bad_row: str = "error",
-    delimiter: str | None = None, only_ids: Sequence[str] | None = None,
+    delimiter: str | None = None, encoding: str = "utf-8", only_ids: Sequence[str] | None = None,
 ) -> RelabelItems:
     """Read and validate ``data`` (a built-in name or a file, as ``labelrl.data.load_dataset``),
     keeping each row's original columns. Relabel writes every row back, so a bad row stops it
     (``on_bad_row="error"``) unless ``"skip"``: then it is left out of the output and listed in
     ``RelabelItems.skipped_rows``. ``only_ids`` keeps the rows of those item ids (e.g. the samples
-    a ladder task trains and is scored on); ``limit`` keeps the first N rows."""
+    a ladder task trains and is scored on); ``limit`` keeps the first N rows. ``delimiter`` and
+    ``encoding`` are a CSV (or JSONL) file's, as ``load_dataset`` takes them."""
     from labelrl.data.load import read_source
     from labelrl.data.schema import build_examples, resolve_columns
 
@@ -103,7 +104,7 @@ def load_items(
         labels = [x.strip() for x in labels.split(",") if x.strip()]
     if limit is not None and limit < 1:
         raise ValueError(f"--limit {limit}: must be 1 or more rows (leave it out for all rows)")
-    name, table, defaults, spaces = read_source(data, delimiter)
+    name, table, defaults, spaces = read_source(data, delimiter, encoding)
     path = None if defaults is not None else Path(data)
     spec = resolve_columns(table, list(text_cols) if text_cols else None, label_col, None, defaults)
     examples, space, skipped = build_examples(

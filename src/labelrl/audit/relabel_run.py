@@ -11,6 +11,7 @@ from typing import Literal, Optional
 from pydantic import BaseModel, Field, field_validator, model_validator
 
 from labelrl.audit.judge_types import DEFAULT_API_KEY_ENV, JudgeSpec
+from labelrl.data.options import ENCODING_HELP, valid_encoding
 
 SPEC_HELP = "a local model (anything load_model takes, e.g. tiny-random or a model directory) or an OpenAI-compatible endpoint URL http://HOST:PORT/v1"
 
@@ -40,7 +41,10 @@ class RelabelConfig(BaseModel):
     only_ids: Optional[Path] = Field(None, description="JSON file with a list of item ids: relabel only those items (e.g. the samples a ladder task uses).")
     on_bad_row: Literal["error", "skip"] = Field("error", description="What to do with a malformed row: stop with an error naming it, or leave it out of the output and list it in OUT.skipped_rows.jsonl.")
     delimiter: Optional[str] = Field(None, description="CSV files only: the delimiter (',', ';', tab or pipe); sniffed from the header when omitted.")
+    encoding: str = Field("utf-8", description=ENCODING_HELP)
     json_path: Optional[Path] = Field(None, description="Also write the summary to this JSON file (it is always saved as OUT.summary.json).")
+
+    _check_encoding = field_validator("encoding")(valid_encoding)
 
     @field_validator("min_confidence")
     @classmethod
@@ -108,7 +112,8 @@ def _items(cfg: RelabelConfig):
 
     only = _read_ids(cfg.only_ids) if cfg.only_ids is not None else None
     return load_items(cfg.data, text_cols=cfg.text_col, label_col=cfg.label_col, labels=cfg.labels, limit=cfg.limit,
-                      on_bad_row=cfg.on_bad_row, delimiter=cfg.delimiter, only_ids=only)
+                      on_bad_row=cfg.on_bad_row, delimiter=cfg.delimiter, encoding=cfg.encoding,
+                      only_ids=only)
 
 
 def final_labels(cfg: RelabelConfig) -> dict[str, str | None]:

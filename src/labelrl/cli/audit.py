@@ -13,6 +13,7 @@ from rich.table import Table
 
 from labelrl.cli.options import fail, format_validation_error
 from labelrl.data.builtin import BUILTIN_DATASETS
+from labelrl.data.options import ENCODING_HELP, valid_encoding
 
 TEXT_WIDTH = 70
 
@@ -26,6 +27,7 @@ class AuditConfig(BaseModel):
     labels: Optional[str] = Field(None, description="The label set in order, comma-separated (lowest grade first for ordinal), e.g. ham,spam.")
     on_bad_row: Literal["error", "skip"] = Field("error", description="What to do with a malformed row: stop with an error naming it, or skip it (the audit notes how many; --json lists them).")
     delimiter: Optional[str] = Field(None, description="CSV files only: the delimiter (',', ';', tab or pipe); sniffed from the header when omitted.")
+    encoding: str = Field("utf-8", description=ENCODING_HELP)
     key: Optional[str] = Field(None, description="Columns that identify an item, comma-separated (e.g. passage,driver); default: the text.")
     exact: bool = Field(False, description="Count only byte-identical keys as duplicates (default: compare after case-folding, NFKC, punctuation and whitespace removal).")
     top: int = Field(10, description="How many conflicting and largest duplicate groups to print.")
@@ -33,6 +35,8 @@ class AuditConfig(BaseModel):
     seed: int = Field(0, description="Seed of the bootstrap and split-half resampling.")
     splits: Optional[Path] = Field(None, description="RUN_DIR/splits.json (or RUN_DIR): adds per-split statistics and a test that d is the same in every split.")
     json_path: Optional[Path] = Field(None, description="Write the full audit (every conflicting group included) to this JSON file.")
+
+    _check_encoding = field_validator("encoding")(valid_encoding)
 
     @field_validator("top", "n_boot")
     @classmethod
@@ -175,7 +179,7 @@ def run_audit(cfg: AuditConfig, console: Console) -> dict:
 
     dataset = load_dataset(
         cfg.data, text_cols=cfg.text_col or None, label_col=cfg.label_col, labels=cfg.labels,
-        on_bad_row=cfg.on_bad_row, delimiter=cfg.delimiter,
+        on_bad_row=cfg.on_bad_row, delimiter=cfg.delimiter, encoding=cfg.encoding,
     )
     splits = read_splits(cfg.splits) if cfg.splits is not None else None
     report = audit_dataset(
@@ -206,6 +210,7 @@ def register(app: typer.Typer) -> None:
         labels: Optional[str] = typer.Option(None, "--labels", help=_help("labels"), show_default=False),
         on_bad_row: str = typer.Option(_default("on_bad_row"), "--on-bad-row", help=_help("on_bad_row"), metavar="error|skip"),
         delimiter: Optional[str] = typer.Option(None, "--delimiter", help=_help("delimiter"), show_default=False),
+        encoding: str = typer.Option(_default("encoding"), "--encoding", help=_help("encoding")),
         key: Optional[str] = typer.Option(None, "--key", help=_help("key"), show_default=False),
         exact: bool = typer.Option(_default("exact"), "--exact", help=_help("exact")),
         top: int = typer.Option(_default("top"), "--top", help=_help("top")),
@@ -217,7 +222,7 @@ def register(app: typer.Typer) -> None:
         try:
             cfg = AuditConfig(
                 data=data, text_col=text_col or [], label_col=label_col, labels=labels, key=key,
-                on_bad_row=on_bad_row, delimiter=delimiter,
+                on_bad_row=on_bad_row, delimiter=delimiter, encoding=encoding,
                 exact=exact, top=top, n_boot=n_boot, seed=seed, splits=splits, json_path=json_path,
             )
         except ValidationError as exc:

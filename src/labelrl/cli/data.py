@@ -11,6 +11,7 @@ from rich.table import Table
 
 from labelrl.cli.options import fail
 from labelrl.data.builtin import builtin_help
+from labelrl.data.options import ENCODING_HELP
 
 SHOWN_SKIPPED = 10
 
@@ -71,6 +72,7 @@ def show(
         "What to do with a malformed row: 'error' stops naming it; 'skip' skips it and lists it."))] = "error",
     delimiter: Annotated[Optional[str], typer.Option("--delimiter", metavar="CHAR", help=(
         "CSV files only: the delimiter (',', ';', tab or pipe). Default: sniffed from the header."))] = None,
+    encoding: Annotated[str, typer.Option("--encoding", metavar="CODEC", help=ENCODING_HELP)] = "utf-8",
     json_out: Annotated[Optional[Path], typer.Option("--json", metavar="OUT", help=(
         "Also write the numbers (n_rows, label_counts, duplicates, lengths, skipped rows) to this JSON file."))] = None,
 ) -> None:
@@ -83,6 +85,7 @@ def show(
         dataset = load_dataset(
             source, text_cols=text_col, label_col=label_col, labels=labels, kind=kind,
             positive=positive, id_col=id_col, on_bad_row=on_bad_row, delimiter=delimiter,
+            encoding=encoding,
         )
         summary = summarize(dataset)
         if json_out is not None:

@@ -115,6 +115,7 @@ def register(app: typer.Typer) -> None:
         labels: Optional[str] = _opt("labels", "--labels"), json_path: Optional[Path] = _opt("json_path", "--json"),
         on_bad_row: str = _opt("on_bad_row", "--on-bad-row", d["on_bad_row"]),
         delimiter: Optional[str] = _opt("delimiter", "--delimiter"),
+        encoding: str = _opt("encoding", "--encoding", d["encoding"]),
         precision: str = typer.Option(d["precision"], "--precision", help=_help("precision") + " One of: auto/fp32/bf16.",
                                       metavar="AUTO|FP32|BF16"),
     ) -> None:

@@ -254,6 +254,7 @@ def register(app: typer.Typer) -> None:
         rubric: Optional[Path] = _opt("rubric", "--rubric"), split_seed: int = _opt("split_seed", "--split-seed"),
         split_ratios: str = _opt("split_ratios", "--split-ratios"),
         on_bad_row: Optional[str] = _opt("on_bad_row", "--on-bad-row"), delimiter: Optional[str] = _opt("delimiter", "--delimiter"),
+        encoding: Optional[str] = _opt("encoding", "--encoding"),
         on_long_item: Optional[str] = _opt("on_long_item", "--on-long-item"),
         splits: Optional[Path] = _opt("splits", "--splits"), method: Optional[str] = _opt("method", "--method"),
         out: Optional[Path] = _opt("out", "--out"), json_path: Optional[Path] = _opt("json_path", "--json"),

@@ -191,17 +191,18 @@ def replicate_means(task: dict, keys: list[str]) -> dict[str, dict]:
 
 def data_recipe(data: str, *, budget: str, model: str | None, text_col: list[str], label_col: str | None,
                 labels: str | None, kind: str | None, rubric: Path | None, on_bad_row: str, delimiter: str | None,
-                sets: list[str]):
+                sets: list[str], encoding: str = "utf-8"):
     """The default recipe for ``--data`` (labelrl.ladder.default_recipe), validated with ``--set``."""
     from labelrl.data.load import load_dataset
     from labelrl.ladder.default_recipe import default_recipe
     from labelrl.ladder.recipe import recipe_from_dict
 
     dataset = load_dataset(data, text_cols=text_col or None, label_col=label_col, labels=labels, kind=kind,
-                           on_bad_row=on_bad_row, delimiter=delimiter)
+                           on_bad_row=on_bad_row, delimiter=delimiter, encoding=encoding)
     raw = default_recipe(data, kind=dataset.labels.kind, labels=list(dataset.labels.labels), budget=budget, model=model,
                          text_col=text_col or None, label_col=label_col, label_list=labels, rubric=rubric,
-                         data_options={"on_bad_row": on_bad_row if on_bad_row != "error" else None, "delimiter": delimiter})
+                         data_options={"on_bad_row": on_bad_row if on_bad_row != "error" else None, "delimiter": delimiter,
+                                       "encoding": encoding if encoding != "utf-8" else None})
     return recipe_from_dict(raw, f"--data {data}", Path.cwd(), sets=sets)
 
 
@@ -223,6 +224,7 @@ def register(app: typer.Typer) -> None:
         rubric: Optional[Path] = typer.Option(None, "--rubric", help="With --data: a Markdown file with the labelling rules, shown in every prompt.", show_default=False),
         on_bad_row: str = typer.Option("error", "--on-bad-row", help="With --data: stop on a malformed row, or skip it and save the list.", metavar="error|skip"),
         delimiter: Optional[str] = typer.Option(None, "--delimiter", help="With --data, CSV files: the delimiter (sniffed from the header when omitted).", show_default=False),
+        encoding: str = typer.Option("utf-8", "--encoding", help="With --data, CSV and JSONL files: the text encoding, any Python codec name (e.g. cp1252, latin-1)."),
         precision: Optional[str] = typer.Option(None, "--precision", help=PRECISION_OPTION_HELP, metavar="AUTO|FP32|BF16"),
     ) -> None:
         """Run every arm of a recipe (SFT, RL presets, SFT + threshold, distillation, controls, relabelling) in
@@ -238,7 +240,7 @@ def register(app: typer.Typer) -> None:
             try:
                 built = data_recipe(data, budget=budget, model=model, text_col=text_col or [], label_col=label_col,
                                     labels=labels, kind=kind, rubric=rubric, on_bad_row=on_bad_row, delimiter=delimiter,
-                                    sets=precision_sets(precision, set_))
+                                    encoding=encoding, sets=precision_sets(precision, set_))
             except (ValueError, FileNotFoundError) as exc:
                 fail(str(exc))
             out = out or Path("runs") / f"{built.name}-{budget}"

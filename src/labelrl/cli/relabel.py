@@ -107,6 +107,7 @@ def register(app: typer.Typer) -> None:
         only_ids: Optional[Path] = typer.Option(None, "--only-ids", help=_help("only_ids"), show_default=False),
         on_bad_row: str = typer.Option(_default("on_bad_row"), "--on-bad-row", help=_help("on_bad_row"), metavar="error|skip"),
         delimiter: Optional[str] = typer.Option(None, "--delimiter", help=_help("delimiter"), show_default=False),
+        encoding: str = typer.Option(_default("encoding"), "--encoding", help=_help("encoding")),
         json_path: Optional[Path] = typer.Option(None, "--json", help=_help("json_path"), show_default=False),
     ) -> None:
         values = dict(locals())

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import codecs
 import csv
 import io
 import itertools
@@ -17,6 +18,7 @@ from labelrl.types import Dataset
 
 JSONL_SUFFIXES = (".jsonl", ".ndjson")
 CSV_SUFFIXES = (".csv",)
+TEXT_SUFFIXES = JSONL_SUFFIXES + CSV_SUFFIXES  # the files --encoding applies to
 PARQUET_SUFFIXES = (".parquet", ".pq")
 
 
@@ -28,26 +30,68 @@ def accepted_forms() -> str:
     )
 
 
-def decode_utf8(path: Path) -> str:
-    """A user's text file as str; a non-UTF-8 byte is an error naming its offset and line."""
+# Codecs tried, in order, on a file that is not valid UTF-8, to name the likely one in the error:
+# Windows-1252 (what Excel and Notepad save in Western locales) decodes most such files, and
+# latin-1 decodes every byte string, so it names the rest. UTF-16 only when its BOM says so.
+LIKELY_ENCODINGS = ("cp1252", "latin-1")
+_UTF16_BOMS = (b"\xff\xfe", b"\xfe\xff")
+
+
+def check_encoding(encoding: str) -> str:
+    """The canonical name of a text codec a user named (``latin-1`` → ``iso8859-1``); ValueError otherwise."""
+    try:
+        name = codecs.lookup(encoding).name
+        b"a".decode(name, "replace")  # codecs such as base64 and hex exist but do not turn bytes into text
+    except (LookupError, TypeError):
+        raise ValueError(
+            f"--encoding {encoding!r}: not a text encoding Python knows; give e.g. --encoding utf-8, cp1252, "
+            "latin-1 or utf-16 (any name codecs.lookup accepts)"
+        ) from None
+    return name
+
+
+def likely_encoding(raw: bytes) -> str:
+    """The first codec that decodes ``raw``: ``utf-16`` when it starts with a UTF-16 BOM, else
+    the first of ``LIKELY_ENCODINGS`` (latin-1 always decodes, so there is always one)."""
+    if raw.startswith(_UTF16_BOMS):
+        return "utf-16"
+    for name in LIKELY_ENCODINGS:
+        try:
+            raw.decode(name)
+        except UnicodeDecodeError:
+            continue
+        return name
+    raise AssertionError("latin-1 decodes every byte string")
+
+
+def decode_text(path: Path, encoding: str = "utf-8") -> str:
+    """A user's text file as str, read with ``encoding`` (a UTF-8 byte-order mark is dropped).
+
+    A byte the codec cannot decode is an error naming its offset and line and, for UTF-8, the
+    encoding the file most likely has (``likely_encoding``) and the ``--encoding`` that reads it.
+    """
+    codec = check_encoding(encoding)
     raw = path.read_bytes()
     try:
-        return raw.decode("utf-8-sig")
+        return raw.decode("utf-8-sig" if codec == "utf-8" else codec)
     except UnicodeDecodeError as exc:
         line = raw[: exc.start].count(b"\n") + 1
         bad = raw[exc.start : exc.start + 1]
+        where = f"{path}: byte offset {exc.start} (line {line}) is not valid {'UTF-8' if codec == 'utf-8' else encoding}"
+        if codec != "utf-8":
+            raise ValueError(f"{where} ({bad!r}); give the file's own encoding with --encoding (e.g. cp1252, latin-1)") from None
+        guess = likely_encoding(raw)
         raise ValueError(
-            f"{path}: byte offset {exc.start} (line {line}) is not valid UTF-8 ({bad!r}); "
-            "re-save the file as UTF-8"
+            f"{where} ({bad!r}); it decodes as {guess}: pass --encoding {guess} (or re-save the file as UTF-8)"
         ) from None
 
 
-def read_jsonl(path: Path) -> RawTable:
-    """One JSON object per line; blank lines are ignored, a broken line is a bad row."""
+def read_jsonl(path: Path, encoding: str = "utf-8") -> RawTable:
+    """One JSON object per line (text in ``encoding``); blank lines are ignored, a broken line is a bad row."""
     rows: list[dict[str, Any] | RowProblem] = []
     columns: dict[str, None] = {}
     # Split on "\n" only: str.splitlines would also split on U+2028 inside JSON strings.
-    for line in decode_utf8(path).split("\n"):
+    for line in decode_text(path, encoding).split("\n"):
         line = line.rstrip("\r")
         if not line.strip():
             continue
@@ -129,15 +173,15 @@ def protect_bare_carriage_returns(text: str) -> tuple[str, Callable[[str | None]
     return _BARE_CR.sub(standin, text), lambda value: value.replace(standin, "\r") if value else value
 
 
-def read_csv(path: Path, delimiter: str | None = None) -> RawTable:
+def read_csv(path: Path, delimiter: str | None = None, encoding: str = "utf-8") -> RawTable:
     """A CSV file with a header line; every value is a string (empty → missing).
 
-    A UTF-8 byte-order mark is dropped; the delimiter is ``delimiter`` or sniffed
+    The text is read with ``encoding`` (``decode_text``; a UTF-8 byte-order mark is dropped); the delimiter is ``delimiter`` or sniffed
     (``sniff_delimiter``); a bare carriage return inside a field is kept as text
     (``protect_bare_carriage_returns``); quoted fields may hold delimiters, quotes and line breaks.
     """
     csv.field_size_limit(2**31 - 1)  # the default 131,072 characters would refuse texts JSONL and Parquet accept
-    protected, _restore = protect_bare_carriage_returns(decode_utf8(path))
+    protected, _restore = protect_bare_carriage_returns(decode_text(path, encoding))
     delimiter = check_delimiter(delimiter) if delimiter else sniff_delimiter(protected)
     reader = csv.DictReader(io.StringIO(protected, newline=""), delimiter=delimiter)
     shown = "tab" if delimiter == "\t" else repr(delimiter)
@@ -193,10 +237,13 @@ def read_saved_dataset(path: Path) -> RawTable:
     return RawTable(str(path), tuple(data.column_names), data.to_list())
 
 
-def read_table(path: Path, delimiter: str | None = None) -> RawTable:
-    """Dispatch on the path: a directory, or a file by its extension (``delimiter``: CSV only)."""
+def read_table(path: Path, delimiter: str | None = None, encoding: str = "utf-8") -> RawTable:
+    """Dispatch on the path: a directory, or a file by its extension (``delimiter``: CSV only;
+    ``encoding``: CSV and JSONL, which are text; Parquet and ``datasets`` directories say their own)."""
     if delimiter and not (path.is_file() and path.suffix.lower() in CSV_SUFFIXES):
         raise ValueError(f"--delimiter {delimiter!r} applies to .csv files, and {path} is not one; drop --delimiter")
+    if check_encoding(encoding) != "utf-8" and not (path.is_file() and path.suffix.lower() in TEXT_SUFFIXES):
+        raise ValueError(f"--encoding {encoding!r} applies to .csv and .jsonl files, and {path} is not one; drop --encoding")
     if path.is_dir():
         return read_saved_dataset(path)
     if not path.is_file():
@@ -205,26 +252,29 @@ def read_table(path: Path, delimiter: str | None = None) -> RawTable:
         raise ValueError(f"{path}: no such file or built-in dataset; give {accepted_forms()}")
     suffix = path.suffix.lower()
     if suffix in JSONL_SUFFIXES:
-        return read_jsonl(path)
+        return read_jsonl(path, encoding)
     if suffix in CSV_SUFFIXES:
-        return read_csv(path, delimiter)
+        return read_csv(path, delimiter, encoding)
     if suffix in PARQUET_SUFFIXES:
         return read_parquet(path)
     raise ValueError(f"{path}: unknown file type {suffix or '(no extension)'!r}; give {accepted_forms()}")
 
 
-def read_source(source: str | Path, delimiter: str | None = None) -> tuple[str, RawTable, ColumnSpec | None, dict]:
+def read_source(source: str | Path, delimiter: str | None = None,
+                encoding: str = "utf-8") -> tuple[str, RawTable, ColumnSpec | None, dict]:
     """A built-in name or a file, read into a raw table: (dataset name, table, the
     built-in's default columns or None, the built-in's label spaces by column)."""
     name = str(source)
     if name in BUILTIN_DATASETS:
         if delimiter:
             raise ValueError(f"--delimiter {delimiter!r} applies to .csv files, and {name} is a built-in dataset; drop --delimiter")
+        if check_encoding(encoding) != "utf-8":
+            raise ValueError(f"--encoding {encoding!r} applies to .csv and .jsonl files, and {name} is a built-in dataset; drop --encoding")
         builtin = BUILTIN_DATASETS.get(name).read()
         table = RawTable(name, builtin.columns, builtin.rows)
         return name, table, ColumnSpec(builtin.text_cols, builtin.label_col, builtin.id_col), builtin.label_spaces
     path = Path(source)
-    table = read_table(path, delimiter)
+    table = read_table(path, delimiter, encoding)
     return (path.stem if path.is_file() else path.name), table, None, {}
 
 
@@ -239,6 +289,7 @@ def load_dataset(
     id_col: str | None = None,
     on_bad_row: str = "error",
     delimiter: str | None = None,
+    encoding: str = "utf-8",
 ) -> Dataset:
     """Read and validate a labelled dataset.
 
@@ -253,13 +304,14 @@ def load_dataset(
     inferred from the data (``schema.infer_labels``, ``schema.infer_kind``). Ids come from
     ``id_col``, else a column named ``id``, else the 1-based data row number. Bad rows raise (``on_bad_row="error"``) or
     are recorded in ``Dataset.skipped_rows`` (``"skip"``); see ``schema.build_examples``. ``delimiter`` is a CSV
-    file's delimiter (default: sniffed, see ``read_csv``).
+    file's delimiter (default: sniffed, see ``read_csv``); ``encoding`` a CSV or JSONL file's text
+    encoding (any ``codecs`` name; see ``decode_text``).
     """
     if isinstance(text_cols, str):
         text_cols = [text_cols]
     if isinstance(labels, str):
         labels = [x.strip() for x in labels.split(",") if x.strip()]
-    name, table, defaults, default_spaces = read_source(source, delimiter)
+    name, table, defaults, default_spaces = read_source(source, delimiter, encoding)
     spec = resolve_columns(table, text_cols, label_col, id_col, defaults)
     examples, space, skipped = build_examples(
         table, spec, labels=labels, kind=kind, positive=positive,

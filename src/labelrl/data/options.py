@@ -11,6 +11,23 @@ from typing import Any, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+ENCODING_HELP = ("CSV and JSONL files: the text encoding, any Python codec name (e.g. cp1252, latin-1, utf-16); "
+                 "a UTF-8 byte-order mark is dropped.")
+
+
+def valid_encoding(value: str | None) -> str | None:
+    """``value`` when it names a text codec (``labelrl.data.load.check_encoding``); ValueError otherwise
+    (worded for a config field, whose error already names the flag and the value)."""
+    from labelrl.data.load import check_encoding
+
+    if value is not None:
+        try:
+            check_encoding(value)
+        except ValueError:
+            raise ValueError("not a text encoding Python knows; give e.g. utf-8, cp1252, latin-1 or utf-16 "
+                             "(any name codecs.lookup accepts)") from None
+    return value
+
 
 class DataOptions(BaseModel):
     """Which data, which columns, which labels, which split."""
@@ -28,6 +45,7 @@ class DataOptions(BaseModel):
     split_ratios: str = Field("0.8,0.1,0.1", description="Shares of train, val and holdout, comma-separated, summing to 1 (e.g. 0.7,0.1,0.2 for a larger holdout); part of the splits' fingerprint.")
     label_noise: float = Field(0.0, ge=0, lt=1, description="Control: flip this share of the training labels (seeded by --split-seed, each to another label chosen uniformly); val and holdout keep their labels. The flips are saved in RUN_DIR/label_noise.json.")
     delimiter: Optional[str] = Field(None, description="CSV files only: the delimiter (',', ';', tab or pipe); sniffed from the header when omitted.")
+    encoding: str = Field("utf-8", description=ENCODING_HELP)
     on_long_item: Literal["truncate", "skip", "error"] = Field("truncate", description="An item whose prompt does not fit (sft: --max-length with its answer; rl: the model's context minus --max-new-tokens; eval: the context minus the answer): cut its text to fit, leave it out, or stop. The count and ids are printed before training and saved in the run directory.")
     mode: Literal["direct", "reasoning"] = Field("direct", description="Answer mode: 'direct' answers <answer>LABEL</answer> at once; 'reasoning' thinks in <think>…</think> first.")
     rubric: Optional[Path] = Field(None, description="Markdown file with the written labelling rules, included in the prompt.")
@@ -38,6 +56,8 @@ class DataOptions(BaseModel):
         if isinstance(value, (list, tuple)):  # YAML lists: [0.7, 0.1, 0.2]
             return ",".join(str(v) for v in value)
         return value
+
+    _check_encoding = field_validator("encoding")(valid_encoding)
 
     @field_validator("split_ratios")
     @classmethod

@@ -35,7 +35,8 @@ class RunData:
 def load_checked_dataset(cfg: DataOptions) -> Dataset:
     """The dataset the options name, refused when the answer tag cannot express its labels."""
     dataset = load_dataset(cfg.data, text_cols=cfg.text_col, label_col=cfg.label_col, labels=cfg.label_list(),
-                           kind=cfg.kind, on_bad_row=cfg.on_bad_row, delimiter=cfg.delimiter)
+                           kind=cfg.kind, on_bad_row=cfg.on_bad_row, delimiter=cfg.delimiter,
+                           encoding=cfg.encoding)
     check_labels_expressible(dataset.labels)
     return dataset
 

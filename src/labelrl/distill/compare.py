@@ -1,7 +1,8 @@
 """The matched-data decomposition of what reasoning distillation costs (or buys), from
 predictions files (pure functions).
 
-Three models are evaluated on the same split (val):
+Three models are evaluated on the same split: the decomposition runs on whatever split's
+predictions it is given (the ladder's, ``labelrl.ladder.analysis``, on the holdout):
 
 - ``direct_all``: direct SFT on every training item;
 - ``direct_survivors``: direct SFT on exactly the items whose teacher trace survived

@@ -7,9 +7,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal, Optional
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
 
 from labelrl.audit.judge_types import DEFAULT_API_KEY_ENV, JudgeSpec
+from labelrl.data.options import ENCODING_HELP, valid_encoding
 from labelrl.models.precision import PRECISION_HELP
 
 SPEC_HELP = "a local model (anything load_model takes, e.g. tiny-random or a model directory) or an OpenAI-compatible endpoint URL http://HOST:PORT/v1"
@@ -44,8 +45,11 @@ class DistillConfig(BaseModel):
     labels: Optional[str] = Field(None, description="The label set in order, comma-separated, e.g. ham,spam.")
     on_bad_row: Literal["error", "skip"] = Field("error", description="What to do with a malformed row: stop with an error naming it, or skip it and list it in NAME.skipped_rows.jsonl beside OUT (NAME.jsonl).")
     delimiter: Optional[str] = Field(None, description="CSV files only: the delimiter (',', ';', tab or pipe); sniffed from the header when omitted.")
+    encoding: str = Field("utf-8", description=ENCODING_HELP)
     json_path: Optional[Path] = Field(None, description="Also write the summary to this JSON file (it is always saved as OUT.summary.json).")
     precision: Literal["auto", "fp32", "bf16"] = Field("auto", description=PRECISION_HELP + " Applies to a local teacher.")
+
+    _check_encoding = field_validator("encoding")(valid_encoding)
 
     def teacher_spec(self) -> JudgeSpec:
         return JudgeSpec(spec=self.teacher, model=self.teacher_model, api_key_env=self.api_key_env,
@@ -64,7 +68,7 @@ def load_examples(cfg: DistillConfig):
     from labelrl.data.split import load_or_make_splits, select
 
     dataset = load_dataset(cfg.data, text_cols=cfg.text_col or None, label_col=cfg.label_col, labels=cfg.labels,
-                           on_bad_row=cfg.on_bad_row, delimiter=cfg.delimiter)
+                           on_bad_row=cfg.on_bad_row, delimiter=cfg.delimiter, encoding=cfg.encoding)
     if dataset.skipped_rows:  # --on-bad-row skip: said and saved, never silent
         saved = write_skipped_rows(dataset, Path(cfg.out).with_name(Path(cfg.out).stem + ".skipped_rows.jsonl"))
         print(f"skipped {len(dataset.skipped_rows)} bad rows of {cfg.data}; the list is in {saved}", file=sys.stderr)

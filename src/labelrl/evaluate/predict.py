@@ -114,6 +114,7 @@ def _load(options: DataOptions, label_col: str | None, labels: LabelSpace | None
         labels=list(labels.labels) if labels else options.label_list(),
         kind=labels.kind if labels else options.kind,
         positive=labels.positive if labels else None, on_bad_row=options.on_bad_row, delimiter=options.delimiter,
+        encoding=options.encoding,
     )
 
 

@@ -9,7 +9,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from labelrl.data.options import valid_encoding
 
 from labelrl.models.precision import PRECISION_HELP
 
@@ -32,6 +34,7 @@ class EvalConfig(BaseModel):
     split_ratios: str = Field("0.8,0.1,0.1", description="With --data and no splits.json yet: shares of train, val and holdout of the split made in --splits.")
     on_bad_row: Optional[Literal["error", "skip"]] = Field(None, description="What to do with a malformed row: stop with an error naming it, or skip it (default: the run's choice, else error).")
     delimiter: Optional[str] = Field(None, description="CSV files only: the delimiter (',', ';', tab or pipe) (default: the run's, else sniffed from the header).")
+    encoding: Optional[str] = Field(None, description="CSV and JSONL files: the text encoding, any Python codec name (e.g. cp1252, latin-1) (default: the run's, else utf-8).")
     on_long_item: Optional[Literal["truncate", "skip", "error"]] = Field(None, description="An item whose prompt and answer do not fit the model's context: cut its text to fit, leave it out, or stop (default: the run's choice, else truncate). The count and ids are printed and saved with the predictions.")
     splits: Optional[Path] = Field(None, description="Directory of splits.json and ledger.jsonl (default: the run directory); needed for a bare model.")
     method: Optional[Literal["scores", "generate"]] = Field(None, description="scores: label-token probabilities (direct models); generate: greedy decoding parsed strictly (default: scores for direct mode, generate for reasoning).")
@@ -47,6 +50,8 @@ class EvalConfig(BaseModel):
     pass_samples: int = Field(8, ge=1, description="--pass-at-k: answers sampled per item (n ≥ k).")
     precision: Literal["auto", "fp32", "bf16"] = Field("auto", description=PRECISION_HELP)
 
+    _check_encoding = field_validator("encoding")(valid_encoding)
+
     @model_validator(mode="after")
     def _data_flags_need_data(self) -> "EvalConfig":
         given = [f"--{n.replace('_', '-')}" for n in ("text_col", "labels", "kind", "mode", "rubric") if getattr(self, n)]
@@ -56,7 +61,7 @@ class EvalConfig(BaseModel):
 
     def data_overrides(self) -> dict:
         """The data options given here that replace a run's own (with or without --data)."""
-        return {k: getattr(self, k) for k in ("on_bad_row", "delimiter", "on_long_item") if getattr(self, k) is not None}
+        return {k: getattr(self, k) for k in ("on_bad_row", "delimiter", "encoding", "on_long_item") if getattr(self, k) is not None}
 
     def data_options(self):
         from labelrl.data.options import DataOptions

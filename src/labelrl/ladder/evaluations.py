@@ -109,7 +109,8 @@ def answer_key(task: TaskSpec, task_dir: Path, col: str) -> dict[str, str]:
         labels = json.loads(key_file.read_text(encoding="utf-8"))["labels"]
         return {str(i): str(v) for i, v in labels.items() if v is not None}
     dataset = load_dataset(task.data, text_cols=task.text_col, label_col=col, labels=task.labels and task.labels.split(","),
-                           kind=task.kind, on_bad_row="skip", delimiter=task.delimiter)
+                           kind=task.kind, on_bad_row="skip", delimiter=task.delimiter,
+                           encoding=task.encoding or "utf-8")
     return {ex.id: ex.label for ex in dataset.examples}
 
 

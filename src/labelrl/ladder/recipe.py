@@ -32,7 +32,7 @@ from typing import Any, Literal, Optional
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
-from labelrl.data.options import parse_ratios
+from labelrl.data.options import parse_ratios, valid_encoding
 
 RECIPE_FORMAT = 1
 ARM_TYPES = ("sft", "rl", "random_reward", "distill", "cot_sft", "cot_rl", "control", "threshold", "relabel")
@@ -52,7 +52,7 @@ FAMILY = {"sft": "sft", "control": "sft", "cot_sft": "sft", "rl": "rl", "random_
           "distill": "distill", "threshold": "threshold", "relabel": "relabel"}
 # Names an arm may not take: they are files or folders of the task directory.
 RESERVED = {"eval", "analysis", "ood", "samples", "splits.json", "ledger.jsonl", "audit.json", "label_noise.json"}
-DATA_KEYS = ("data", "text_col", "label_col", "labels", "kind", "on_bad_row", "delimiter", "on_long_item", "limit",
+DATA_KEYS = ("data", "text_col", "label_col", "labels", "kind", "on_bad_row", "delimiter", "encoding", "on_long_item", "limit",
              "split_seed", "split_ratios", "label_noise", "rubric")
 # Replicate runs are named ARM@sSEED.
 REPLICATE_MARK = "@s"
@@ -87,6 +87,7 @@ class TaskSpec(BaseModel):
     kind: Optional[Literal["binary", "categorical", "ordinal"]] = None
     on_bad_row: Literal["error", "skip"] = "error"
     delimiter: Optional[str] = Field(None, description="CSV files only: the delimiter (sniffed from the header when omitted).")
+    encoding: Optional[str] = Field(None, description="CSV and JSONL files: the text encoding, any Python codec name (utf-8 when omitted).")
     on_long_item: Literal["truncate", "skip", "error"] = Field("truncate", description="An item too long to fit: cut its text, leave it out, or stop.")
     limit: Optional[int] = Field(None, ge=1, description="Training items: a random sample stratified by label, the same for every arm.")
     split_seed: int = 0
@@ -110,6 +111,8 @@ class TaskSpec(BaseModel):
     n_boot: int = Field(1000, ge=0)
     defaults: dict[str, dict[str, Any]] = Field(default_factory=dict)
     arms: dict[str, ArmSpec]
+
+    _check_encoding = field_validator("encoding")(valid_encoding)
 
     @field_validator("split_ratios", mode="before")
     @classmethod

@@ -27,7 +27,7 @@ from labelrl.ladder.collapse import COLLAPSED, stops_on_collapse
 from labelrl.train.collapse import collapse_detail
 from labelrl.ladder.recipe import FAMILY, Recipe, TaskSpec, requires, run_order
 from labelrl.ladder.tune import tune_or_follow
-from labelrl.ladder.tune_grid import arm_grid, finished_config_matches
+from labelrl.ladder.tune_grid import arm_grid, finished_config_matches, moved_to_run
 
 STATE_FILE = "ladder.json"
 STATE_FORMAT = 1
@@ -46,21 +46,30 @@ class Ladder:
         self.configs = {t: {a: arm_config(recipe, t, a, self.run_dir) for a in task.arms} for t, task in recipe.tasks.items()}
         self.grids = {t: {a: arm_grid(recipe, t, a, cfg) for a, cfg in arms.items()} for t, arms in self.configs.items()}
         self.state = read_state(self.run_dir) or {"format": STATE_FORMAT, "recipe": recipe.name, "tasks": {}}
+        made_in = self.state.get("run_dir")  # elsewhere when the run directory was moved or copied here
         self.state["run_dir"] = str(self.run_dir)
         self.state["task_order"] = list(recipe.tasks)  # the JSON is saved with sorted keys
-        self._check_finished_arms_unchanged()
+        self._check_finished_arms_unchanged(made_in)
 
     def save(self) -> None:
         atomic_write_json(self.run_dir / STATE_FILE, self.state)
 
-    def _check_finished_arms_unchanged(self) -> None:
+    def _check_finished_arms_unchanged(self, made_in: str | None) -> None:
+        """Refuse a recipe that changes a finished arm's config. Paths under the run directory
+        compare relative to it (``made_in``: where the state was written), so a moved run keeps its
+        finished arms; their recorded paths are then moved here too (every path-valued field of
+        the state under ``made_in``), so the state names the files where they now are."""
+        made_in = made_in or str(self.run_dir)
         for task_name, arms in self.configs.items():
             for arm_name, cfg in arms.items():
                 old = self.state["tasks"].get(task_name, {}).get("arms", {}).get(arm_name)
-                if old and old.get("status") == "done" and not finished_config_matches(cfg, self.grids[task_name][arm_name], old):
+                if old and old.get("status") == "done" and not finished_config_matches(
+                        cfg, self.grids[task_name][arm_name], old, old_run_dir=made_in, run_dir=self.run_dir):
                     raise ValueError(
                         f"tasks.{task_name}.arms.{arm_name}: finished in {self.run_dir} with another config; "
                         f"use a new run directory, or delete {self.run_dir / task_name / arm_name} and its entry to redo it")
+        if Path(made_in) != self.run_dir:
+            self.state["tasks"] = moved_to_run(self.state["tasks"], made_in, self.run_dir)
 
     def run(self) -> dict:
         self.run_dir.mkdir(parents=True, exist_ok=True)

@@ -140,11 +140,50 @@ def arm_grid(recipe: Recipe, task_name: str, arm_name: str, cfg: BaseModel) -> G
     return Grid(where, read, candidates)
 
 
-def finished_config_matches(cfg: BaseModel, grid: Grid | None, old: dict) -> bool:
+def finished_config_matches(cfg: BaseModel, grid: Grid | None, old: dict, *, old_run_dir: str | Path | None = None,
+                            run_dir: str | Path | None = None) -> bool:
     """Whether a finished run's recorded grid and config (``old``, its ladder.json entry) are what
-    the recipe now gives: the same grid, and ``cfg`` with the values it trained with."""
+    the recipe now gives: the same grid, and ``cfg`` with the values it trained with.
+
+    A run directory may be moved (copied elsewhere and re-run there): every string of the old
+    config that is a path under ``old_run_dir`` (the state's recorded ``run_dir``) is compared
+    relative to it, and every one of the new config under ``run_dir`` relative to that, so a
+    finished run is recognised by what it computed, not where. Paths outside the run directory
+    (the dataset, a model from the hub cache) must be the same strings."""
     tune = old.get("tune") or {}
     if (grid.grid if grid is not None else None) != tune.get("grid"):
         return False
     expected = with_values(cfg, tune["chosen"]) if tune.get("chosen") else cfg
-    return old.get("config") == expected.model_dump(mode="json")
+    return (relative_to_run(old.get("config"), old_run_dir)
+            == relative_to_run(expected.model_dump(mode="json"), run_dir))
+
+
+RUN_DIR_MARK = "<run_dir>"  # a path under the run directory compares as <run_dir>/toy/sft/model
+
+
+def relative_to_run(value: Any, run_dir: str | Path | None) -> Any:
+    """``value`` (JSON: dicts, lists, strings, numbers) with every string that is an absolute
+    path under ``run_dir`` (or ``run_dir`` itself) written ``<run_dir>/RELATIVE`` (POSIX
+    separators); everything else unchanged. ``run_dir`` None: ``value`` unchanged."""
+    if run_dir is None:
+        return value
+    if isinstance(value, dict):
+        return {k: relative_to_run(v, run_dir) for k, v in value.items()}
+    if isinstance(value, list):
+        return [relative_to_run(v, run_dir) for v in value]
+    if isinstance(value, str) and Path(value).is_absolute() and Path(value).is_relative_to(run_dir):
+        rel = Path(value).relative_to(run_dir).as_posix()
+        return RUN_DIR_MARK if rel == "." else f"{RUN_DIR_MARK}/{rel}"
+    return value
+
+
+def moved_to_run(value: Any, old_run_dir: str | Path, run_dir: str | Path) -> Any:
+    """``value`` with every path under ``old_run_dir`` moved to the same place under ``run_dir``:
+    a moved run's finished entries then name their files where they now are."""
+    if isinstance(value, dict):
+        return {k: moved_to_run(v, old_run_dir, run_dir) for k, v in value.items()}
+    if isinstance(value, list):
+        return [moved_to_run(v, old_run_dir, run_dir) for v in value]
+    if isinstance(value, str) and Path(value).is_absolute() and Path(value).is_relative_to(old_run_dir):
+        return str(Path(run_dir) / Path(value).relative_to(old_run_dir))
+    return value

@@ -285,13 +285,13 @@ def _failures_by_distance(task: TaskData, arms: list[ArmData]) -> Block:
 
 # ---------------------------------------------------------------- 6. ROC and routing
 
-def _sweep_blocks(task: TaskData, sink: FigureSink) -> list[Block]:
-    s = task.sweep
+def _sweep_blocks(task: TaskData, s: dict, key: str, sink: FigureSink) -> list[Block]:
+    """One SFT parent's ROC (figure ``key``) and the verdict of each arm trained from it."""
     base = (s.get("arms") or {}).get("base") or F.source_arm(s.get("source"))
     text = (f"SFT model ({base}): ROC-AUC {fmt(s.get('roc_auc'))} on {fmt(s.get('n'), 0)} val "
             f"items ({fmt(s.get('n_positive'), 0)} with the positive label {s.get('positive_label')!r}).")
-    blocks: list[Block] = [Para(text), sink.image(f"{task.name}-roc", f"{task.name}: ROC of the SFT model with each RL "
-                                                  "arm's operating point (hollow: not reproduced by any threshold)",
+    blocks: list[Block] = [Para(text), sink.image(key, f"{task.name}: ROC of the SFT model {base} with the operating "
+                                                  f"point of each RL arm trained from it (hollow: not reproduced by any threshold)",
                                                   lambda path: F.roc_png(s, path))]
     rows = [[arm, str(c.get("verdict", "?")), str(c.get("verdict_rests_on", "—")),
              fmt((c.get("compared_metrics") or {}).get("recall")), fmt((c.get("compared_metrics") or {}).get("fpr")),
@@ -302,7 +302,8 @@ def _sweep_blocks(task: TaskData, sink: FigureSink) -> list[Block]:
     if rows:
         blocks.append(TableBlock(["arm", "sweep verdict", "rests on", "arm recall", "arm FPR", "SFT threshold at that recall",
                                   "SFT FPR there", "items answered alike [95% CI]", "chance agreement", "tolerance"], rows,
-                                 f"{task.name}: is each arm's (and each cascade's) val operating point a threshold on the SFT model?"))
+                                 f"{task.name}: is each arm's (and each cascade's) val operating point a threshold on "
+                                 f"the SFT model {base}?"))
     return blocks
 
 
@@ -324,14 +325,16 @@ def _why_not(task: TaskData, name: str, default: str) -> str:
 
 
 def roc(task: TaskData, sink: FigureSink) -> list[Block]:
-    """Section 6: the SFT ROC with the RL operating points and verdicts; routing per arm."""
+    """Section 6: each SFT parent's ROC (one per analysis/sweep*.json) with the operating points and
+    verdicts of the RL arms trained from it, the parent named; routing per arm."""
     notes = task.analysis_notes
     path = P.path_blocks(task, sink)  # the RL checkpoints' path on val (binary: on the SFT ROC)
     if task.sweep is None and not task.routes and not ("sweep" in notes or "route" in notes):
         return path
     blocks: list[Block] = path
     if task.sweep is not None:
-        blocks += _sweep_blocks(task, sink)
+        for i, (parent, sweep) in enumerate(task.sweeps.items() or [("", task.sweep)]):
+            blocks += _sweep_blocks(task, sweep, f"{task.name}-roc" + (f"-{parent}" if i else ""), sink)
     else:
         default = "the task is not binary" if task.kind not in (None, "binary") else "no analysis/sweep.json"
         blocks.append(Para(f"ROC not drawn: {_why_not(task, 'sweep', default)}.", "note"))

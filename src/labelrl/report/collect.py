@@ -125,7 +125,8 @@ class TaskData:
     ood_names: list[str] = field(default_factory=list)
     audit: dict | None = None
     arms: list[ArmData] = field(default_factory=list)
-    sweep: dict | None = None
+    sweep: dict | None = None  # the first of ``sweeps`` (analysis/sweep.json)
+    sweeps: dict[str, dict] = field(default_factory=dict)  # SFT parent arm → its sweep (analysis/sweep*.json)
     routes: dict[str, dict] = field(default_factory=dict)  # arm name → route() result
     compare: dict | None = None
     analysis_notes: dict[str, str] = field(default_factory=dict)  # sweep/route/compare → why not made
@@ -341,6 +342,19 @@ def _fill_metrics(arm: ArmData, entry: dict, task: TaskData, problems: list[str]
     arm.ood = {k: v for k, v in ood.items() if v}
 
 
+def failed_threshold(arm_dir: Path, arm: ArmData, task: TaskData, problems: list[str]) -> float:
+    """The reward below which the trainer counted a rollout of this run as failed: the
+    ``success_threshold`` its ``rl_summary.json`` records (``Algorithm.success_threshold``: the
+    run's --success-threshold, else the lowest per-class boundary of its reward scale, which
+    --class-reward and --reward-table move). Runs written before it was recorded fall back to the
+    task's success threshold, else the arm's ``correct_reward`` (right for plain rewards only)."""
+    recorded = (read_json(arm_dir / "rl_summary.json", problems) or {}).get("success_threshold")
+    if isinstance(recorded, (int, float)) and not isinstance(recorded, bool):
+        return float(recorded)
+    fallback = task.success_threshold if task.success_threshold is not None else arm.config.get("correct_reward", 1.0)
+    return float(fallback)
+
+
 def _read_arm(name: str, entry: dict, task: TaskData, run_dir: Path, problems: list[str]) -> ArmData:
     arm_dir = run_dir / entry["dir"] if entry.get("dir") else task.dir / name
     arm = ArmData(name=name, type=str(entry.get("type", "?")), status=str(entry.get("status", "pending")),
@@ -358,8 +372,8 @@ def _read_arm(name: str, entry: dict, task: TaskData, run_dir: Path, problems: l
         arm.rollout_steps = rollout_step_stats(rollouts)
         arm.length_buckets = length_buckets(rollouts)
         if rollouts.num_rows:
-            threshold = task.success_threshold if task.success_threshold is not None else arm.config.get("correct_reward", 1.0)
-            arm.failures = failed_positive_breakdown(rollouts, float(threshold), task.labels, task.kind)
+            arm.failures = failed_positive_breakdown(rollouts, failed_threshold(arm_dir, arm, task, problems),
+                                                     task.labels, task.kind)
             arm.recall_steps = recall_per_step(rollouts, task.labels)
             arm.residue = residue_drift(rollouts, task.ambiguous, task.train_ids)
             if arm.config.get("mode") == "reasoning":
@@ -395,6 +409,29 @@ def _analysis_notes(analysis) -> dict[str, str]:
     return notes
 
 
+def read_sweeps(analysis_dir: Path, analysis, problems: list[str]) -> dict[str, dict]:
+    """Every threshold sweep of the task, SFT parent arm → result, first parent first.
+
+    The ladder writes one per SFT parent of an RL arm (labelrl.ladder.analysis: ``sweep.json``
+    for the first, ``sweep-PARENT.json`` for the others) and lists them in its ``analysis``
+    entry (``sweep.files``, parent → path); the files are looked up by name in ``analysis_dir``
+    so a moved run directory still reads. Without that list, every ``sweep*.json`` there is read
+    (``sweep.json`` first). A sweep's parent is its ``arms.base``, else the name of its file."""
+    listed = _mapping(_mapping(_mapping(analysis).get("sweep")).get("files"))
+    names = [Path(str(p)).name for p in listed.values()]
+    if not names:
+        found = sorted(p.name for p in analysis_dir.glob("sweep*.json"))
+        names = sorted(found, key=lambda n: n != "sweep.json")
+    sweeps: dict[str, dict] = {}
+    for file_name, parent in zip(names, list(listed) or [None] * len(names)):
+        result = read_json(analysis_dir / file_name, problems)
+        if result is None:
+            continue
+        base = _mapping(result.get("arms")).get("base") or parent or Path(file_name).stem.removeprefix("sweep").lstrip("-")
+        sweeps[str(base) or "sft"] = result
+    return sweeps
+
+
 def _read_task(name: str, entry: dict, run_dir: Path, problems: list[str]) -> TaskData:
     task = TaskData(name=name, dir=run_dir / name, kind=entry.get("kind"), labels=list(entry.get("labels") or []),
                     positive_label=entry.get("positive_label"), data=entry.get("data"),
@@ -418,7 +455,8 @@ def _read_task(name: str, entry: dict, run_dir: Path, problems: list[str]) -> Ta
     task.arms = sorted(read, key=lambda a: (order.get(a.name, len(order)), rank.get(a.type, len(rank)), a.name))
     task.analysis_notes = _analysis_notes(entry.get("analysis"))
     analysis = task.dir / "analysis"
-    task.sweep = read_json(analysis / "sweep.json", problems)
+    task.sweeps = read_sweeps(analysis, entry.get("analysis"), problems)
+    task.sweep = next(iter(task.sweeps.values()), None)
     task.compare = read_json(analysis / "compare.json", problems)
     task.majority = read_json(analysis / "majority.json", problems)
     task.verdict = [v for v in (entry.get("verdict") or []) if isinstance(v, dict)]

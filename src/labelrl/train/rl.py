@@ -352,10 +352,16 @@ def _run_rl_locked(cfg: RLConfig, accelerator) -> dict:
 
 
 def finish_run(run: RLRun, last: dict) -> dict:
-    """The final model (when all steps are done) and ``rl_summary.json``, by the main process."""
+    """The final model (when all steps are done) and ``rl_summary.json``, by the main process.
+
+    The summary records ``success_threshold``, the reward below which a rollout counted as failed
+    in every diagnostic (``Algorithm.success_threshold``): the report recounts the failed-positive
+    rollouts from the log with it, since the config alone does not give it (``--class-reward`` and
+    ``--reward-table`` move it)."""
     cfg = run.cfg
     summary = {"steps_done": run.step, "steps": cfg.steps, "stopped_early": run.step < cfg.steps, "last": last,
-               "precision": precision_name(run.dtype), "memory": run.memory.as_dict() if run.memory else None}
+               "precision": precision_name(run.dtype), "memory": run.memory.as_dict() if run.memory else None,
+               "success_threshold": run.algo.success_threshold}
     if run.step >= cfg.steps:
         model_dir = save_model(run.run_dir, run.policy, run.tokenizer) if run.is_main else run.run_dir / "model"
         summary["model_dir"] = str(model_dir)

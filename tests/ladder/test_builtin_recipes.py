@@ -1,0 +1,42 @@
+"""The built-in ``reasoning`` and ``noise`` recipes load and resolve every arm's config.
+
+``tests/ladder/test_recipe.py`` does this for ``demo`` and ``gpu``; a recipe that names an
+option a command no longer has, or wires an arm to a missing parent, fails here before anyone
+spends an hour of CPU finding out.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from labelrl.ladder.arms import arm_config
+from labelrl.ladder.recipe import FAMILY, load_recipe
+
+
+def resolve_all(recipe, tmp_path) -> dict[str, object]:
+    """Every arm's resolved config, keyed TASK/ARM (raises on any bad option or wiring)."""
+    return {f"{task_name}/{arm}": arm_config(recipe, task_name, arm, tmp_path)
+            for task_name, task in recipe.tasks.items() for arm in task.arms}
+
+
+@pytest.mark.parametrize("name, fast", [("reasoning", False), ("reasoning", True), ("noise", False), ("noise", True)])
+def test_builtin_recipe_resolves_every_arm(tmp_path, name, fast):
+    recipe = load_recipe(name, fast=fast)
+    configs = resolve_all(recipe, tmp_path)
+    assert configs, f"{name}: no arms"
+    for key, cfg in configs.items():
+        # each arm resolves to its family's config, writing into its own directory of the task
+        out = getattr(cfg, "out", None)
+        assert out is not None and str(tmp_path) in str(out), (key, out)
+
+
+def test_the_reasoning_recipe_runs_grpo_in_reasoning_mode_from_a_direct_sft_model(tmp_path):
+    """What the recipe is for (its header): a direct SFT model, then GRPO that thinks first at a
+    384-token cap with truncated rollouts scored zero; --fast keeps the mode at a 24-token cap."""
+    recipe = load_recipe("reasoning")
+    sft, rl = arm_config(recipe, "spam", "sft", tmp_path), arm_config(recipe, "spam", "think_384", tmp_path)
+    assert sft.mode == "direct" and FAMILY[recipe.tasks["spam"].arms["think_384"].type] == "rl"
+    assert (rl.mode, rl.preset, rl.max_new_tokens, rl.truncation) == ("reasoning", "grpo", 384, "zero")
+    assert str(tmp_path / "spam" / "sft") in str(rl.model)  # trained from the SFT arm's model
+    fast = arm_config(load_recipe("reasoning", fast=True), "spam", "think_384", tmp_path)
+    assert (fast.mode, fast.max_new_tokens, fast.steps) == ("reasoning", 24, 2)
