@@ -13,10 +13,8 @@ from labelrl.train.packing import IGNORE, first_fit_decreasing, kept_positions, 
 from labelrl.train.sft import SFTItem, sft_loss
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from numerics import (  # noqa: E402
-    assert_gradients_within, assert_values_within, gradient_bounds, gradient_chain_length, gradient_magnitudes,
-    mean_logprob_bound,
-)
+from sft_checks import assert_packed_equals_padded_and_alone, sft_loss_and_grads  # noqa: E402
+from numerics import mean_logprob_bound  # noqa: E402
 
 
 def test_first_fit_decreasing_reference_case():
@@ -59,12 +57,7 @@ def _items(lengths, seed=0):
 
 
 def _loss_and_grads(model, items, pack):
-    """The loss, its gradients and their magnitudes (tests/numerics.py)."""
-    model.zero_grad()
-    with gradient_magnitudes(model) as magnitudes:
-        loss = sft_loss(model, items, pad=0, pack=pack)
-        loss.backward()
-    return loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}, magnitudes
+    return sft_loss_and_grads(model, items, pad=0, pack=pack)
 
 
 @pytest.mark.numerics
@@ -76,20 +69,7 @@ def test_packed_loss_and_gradients_equal_the_padded_layout_and_per_item_forwards
     model = tiny_llama().train()
     # long-tailed: one long item, several short ones that share rows
     items = _items([(60, 4), (9, 3), (12, 5), (7, 2), (20, 6), (15, 3)])
-    assert len(packed_layout([i.input_ids for i in items], [i.n_prompt for i in items], 0).input_ids) < len(items)
-    packed, packed_grads, packed_magnitudes = _loss_and_grads(model, items, pack=True)
-    padded, padded_grads, padded_magnitudes = _loss_and_grads(model, items, pack=False)
-    longest, targets = max(len(it.input_ids) for it in items), [len(it.input_ids) - it.n_prompt for it in items]
-    loss_bound = mean_logprob_bound(model, longest, sum(targets), float(padded))
-    assert_values_within(packed, padded, loss_bound, "loss")
-    chain = gradient_chain_length(model, longest, len(items) * longest)
-    assert_gradients_within(packed_grads, padded_grads,
-                            gradient_bounds([packed_magnitudes, padded_magnitudes], padded_grads, chain))
-    # every item alone (no padding, no neighbour): the token-weighted mean of their losses
-    with torch.no_grad():
-        alone = [sft_loss(model, [it], pad=0).item() for it in items]
-    expected = sum(l * t for l, t in zip(alone, targets)) / sum(targets)
-    assert abs(packed.item() - expected) <= loss_bound, (packed.item(), expected, loss_bound)
+    assert_packed_equals_padded_and_alone(model, items, pad=0)
 
 
 @pytest.mark.numerics

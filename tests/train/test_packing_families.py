@@ -16,10 +16,8 @@ from labelrl.train.packing import packed_layout
 from labelrl.train.sft import SFTItem, sft_loss
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from numerics import (  # noqa: E402
-    assert_gradients_within, assert_values_within, gradient_bounds, gradient_chain_length, gradient_magnitudes,
-    mean_logprob_bound,
-)
+from sft_checks import assert_packed_equals_padded_and_alone, sft_loss_and_grads  # noqa: E402
+from numerics import assert_gradients_within, gradient_bounds, gradient_chain_length  # noqa: E402
 
 PAD = 2  # the SmolLM2 tokenizer's pad (= eos) id
 
@@ -35,12 +33,7 @@ def _items(lengths, seed=0):
 
 
 def _loss_and_grads(model, items, pack):
-    """The loss, its gradients and their magnitudes (tests/numerics.py)."""
-    model.zero_grad()
-    with gradient_magnitudes(model) as magnitudes:
-        loss = sft_loss(model, items, pad=PAD, pack=pack)
-        loss.backward()
-    return loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}, magnitudes
+    return sft_loss_and_grads(model, items, pad=PAD, pack=pack)
 
 
 @pytest.mark.numerics
@@ -50,19 +43,7 @@ def test_family_packed_loss_and_gradients_equal_padded_and_per_item(family):
     gradient tensor (the bound counts the 49k-token vocabulary twice)."""
     model = family.train()
     items = _items([(30, 4), (9, 3), (12, 5), (7, 2), (20, 6), (15, 3)])
-    assert len(packed_layout([i.input_ids for i in items], [i.n_prompt for i in items], PAD).input_ids) < len(items)
-    packed, packed_grads, packed_magnitudes = _loss_and_grads(model, items, pack=True)
-    padded, padded_grads, padded_magnitudes = _loss_and_grads(model, items, pack=False)
-    longest, targets = max(len(it.input_ids) for it in items), [len(it.input_ids) - it.n_prompt for it in items]
-    loss_bound = mean_logprob_bound(model, longest, sum(targets), float(padded))
-    assert_values_within(packed, padded, loss_bound, "loss")
-    chain = gradient_chain_length(model, longest, len(items) * longest)
-    assert_gradients_within(packed_grads, padded_grads,
-                            gradient_bounds([packed_magnitudes, padded_magnitudes], padded_grads, chain))
-    with torch.no_grad():
-        alone = [sft_loss(model, [item], pad=PAD).item() for item in items]
-    expected = sum(a * t for a, t in zip(alone, targets)) / sum(targets)
-    assert abs(packed.item() - expected) <= loss_bound, (packed.item(), expected, loss_bound)
+    assert_packed_equals_padded_and_alone(model, items, pad=PAD)
 
 
 @pytest.mark.numerics
