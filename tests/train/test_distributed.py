@@ -250,8 +250,14 @@ def test_rl_on_two_processes_equals_one_process(options, toy_data, tmp_path, wei
     if options["preset"] == "grpo":
         assert len(rows) == config["steps"] * config["prompts_per_step"] * config["group_size"]
         assert any(r[K.SKIPPED] == 1 for r in read_jsonl(two / "metrics.jsonl"))
+    # the val path (step 0, every checkpoint, the end) is scored once per step, as on one process
+    from labelrl.evaluate.val_path import read_val_path
+    untimed = [[{k: v for k, v in r.items() if k != "seconds"} for r in read_val_path(d)] for d in (tmp_path / "one", two)]
+    assert_same_records(*untimed)
+    assert [r[K.STEP] for r in read_val_path(two)] == list(range(config["steps"] + 1))
     assert sorted(p.name for p in two.iterdir() if not p.name.startswith(".")) == [
-        "checkpoints", "long_items_rl.json", "metrics.jsonl", "model", "rl_config.yaml", "rl_summary.json", "rollouts", "splits.json"]
+        "checkpoints", "long_items_rl.json", "metrics.jsonl", "model", "rl_config.yaml", "rl_summary.json", "rollouts",
+        "splits.json", "val_path.jsonl"]
 
 
 @pytest.mark.slow
