@@ -12,11 +12,11 @@ from numerics import (
 )
 
 
-def sft_loss_and_grads(model, items, *, pad: int, pack: bool):
+def sft_loss_and_grads(model, items, *, pad: int, pack: bool, share_prefix: bool = False):
     """The loss, its gradients and their magnitudes (tests/numerics.py)."""
     model.zero_grad()
     with gradient_magnitudes(model) as magnitudes:
-        loss = sft_loss(model, items, pad=pad, pack=pack)
+        loss = sft_loss(model, items, pad=pad, pack=pack, share_prefix=share_prefix)
         loss.backward()
     return loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}, magnitudes
 

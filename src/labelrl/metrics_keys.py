@@ -51,7 +51,7 @@ SAMPLE_SECONDS = "perf/sample_seconds"  # rl: prefill + decoding of the step's r
 UPDATE_SECONDS = "perf/update_seconds"  # rl: the training pass and optimizer step
 VAL_SECONDS = "perf/val_seconds"  # rl: scoring the policy on the val sample (--val-path)
 PADDING_SHARE = "perf/padding_share"  # sft: padding positions / all positions forwarded
-TRAIN_TOKENS_PER_S = "perf/tokens_per_s"  # sft: item tokens forwarded / step seconds
+TRAIN_TOKENS_PER_S = "perf/tokens_per_s"  # sft: the items' tokens (a shared prefix once per item) / step seconds
 
 # eval/: validation during training
 EVAL_ACCURACY = "eval/accuracy"

@@ -203,3 +203,91 @@ def test_mismatched_counts_say_how_to_fix(model):
         completion_logprobs_shared(model, PROMPTS, COMPLETIONS, 2, pad_token_id=0)
     with pytest.raises(ValueError, match=r"prompt_ids\[0\] is empty"):
         completion_logprobs(model, [[]], [[1]], pad_token_id=0)
+
+
+# --- a prefix all prompts share (a template's header and system message) ---------------------
+
+SYSTEM = list(range(100, 124))  # 24 tokens every prompt starts with, after the leading 1
+PREFIXED = [[1, *SYSTEM, *p[1:]] for p in PROMPTS]
+PREFIXED_LONGEST = max(map(len, PREFIXED)) + max(map(len, COMPLETIONS))
+
+
+def counted_prefix_passes(monkeypatch) -> list[int]:
+    """The lengths of the shared prefixes ``completion_logprobs_shared`` runs (a spy), so a test
+    knows the prefix route ran rather than the plain one."""
+    import labelrl.rollout.logprobs as logprobs_module
+
+    seen, real = [], logprobs_module.prefix_cache
+    monkeypatch.setattr(logprobs_module, "prefix_cache",
+                        lambda model, prefix, *a, **k: seen.append(len(prefix)) or real(model, prefix, *a, **k))
+    return seen
+
+
+def prefixed_grads(model, monkeypatch, pad: int = 0):
+    """Values and gradients of the plain pass and of the shared pass with its prefix run once."""
+    seen = counted_prefix_passes(monkeypatch)
+    repeated = [p for p in PREFIXED for _ in range(G)]
+    plain = weighted_loss_grads(model, lambda: completion_logprobs(model, repeated, COMPLETIONS, pad_token_id=pad))
+    shared = weighted_loss_grads(model, lambda: completion_logprobs_shared(model, PREFIXED, COMPLETIONS, G, pad_token_id=pad))
+    assert seen == [1 + len(SYSTEM)]  # the prefix ran once, as one pass
+    with torch.no_grad():
+        values = (completion_logprobs(model, repeated, COMPLETIONS, pad_token_id=pad)[0],
+                  completion_logprobs_shared(model, PREFIXED, COMPLETIONS, G, pad_token_id=pad)[0])
+    return plain, shared, values
+
+
+def assert_prefixed_routes_agree(model, plain, shared, values) -> None:
+    assert_values_within(values[1], values[0], logprob_bound(model, PREFIXED_LONGEST))
+    chain = gradient_chain_length(model, PREFIXED_LONGEST, len(COMPLETIONS) * PREFIXED_LONGEST)
+    assert_gradients_within(shared[0], plain[0], gradient_bounds([plain[1], shared[1]], plain[0], chain))
+
+
+@pytest.mark.numerics
+def test_a_shared_prefix_runs_once_with_the_same_values_and_gradients(model, monkeypatch):
+    plain, shared, values = prefixed_grads(model, monkeypatch)
+    # the prefix's embeddings get gradient through the one prefix pass, summed over every row
+    assert shared[0]["model.embed_tokens.weight"][SYSTEM[0]].abs().sum() > 0
+    assert_prefixed_routes_agree(model, plain, shared, values)
+    # turned off (several processes), the prefix is not run on its own
+    seen = counted_prefix_passes(monkeypatch)
+    with torch.no_grad():
+        off, _ = completion_logprobs_shared(model, PREFIXED, COMPLETIONS, G, pad_token_id=0, share_prefix=False)
+    assert seen == [] and torch.equal(off == 0, values[0] == 0)
+
+
+@pytest.mark.numerics
+def test_a_shared_prefix_on_a_lora_model(monkeypatch):
+    from peft import LoraConfig, get_peft_model
+
+    lora = get_peft_model(tiny_llama(), LoraConfig(r=4, lora_alpha=8, target_modules="all-linear", init_lora_weights=False))
+    plain, shared, values = prefixed_grads(lora.train(), monkeypatch)
+    assert plain[0] and all("lora_" in name for name in plain[0])
+    assert_prefixed_routes_agree(lora, plain, shared, values)
+
+
+@pytest.mark.numerics
+def test_a_shared_prefix_on_qwen2(monkeypatch):
+    from labelrl.models import load_model
+
+    family = load_model("tiny-qwen2")[0].train()
+    plain, shared, values = prefixed_grads(family, monkeypatch, pad=2)
+    assert_prefixed_routes_agree(family, plain, shared, values)
+
+
+@pytest.mark.numerics
+def test_a_sliding_window_model_keeps_the_plain_pass(monkeypatch):
+    # Gemma 3's sliding layer counts its window (4 keys) in cache columns: padding between the
+    # prefix and a remainder would push the prefix's last keys out of it. The shared pass
+    # leaves the prefix alone there, and still matches the plain pass.
+    from labelrl.models import load_model
+    from labelrl.rollout.prefix import prefix_supported
+
+    family = load_model("tiny-gemma3")[0].train()
+    assert not prefix_supported(family) and prefix_supported(tiny_llama())
+    seen = counted_prefix_passes(monkeypatch)
+    repeated = [p for p in PREFIXED for _ in range(G)]
+    with torch.no_grad():
+        plain, _ = completion_logprobs(family, repeated, COMPLETIONS, pad_token_id=2)
+        shared, _ = completion_logprobs_shared(family, PREFIXED, COMPLETIONS, G, pad_token_id=2)
+    assert seen == []
+    assert_values_within(shared, plain, logprob_bound(family, PREFIXED_LONGEST))

@@ -14,7 +14,9 @@ from labelrl.train.sft import SFTItem, sft_loss
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from sft_checks import assert_packed_equals_padded_and_alone, sft_loss_and_grads  # noqa: E402
-from numerics import mean_logprob_bound  # noqa: E402
+from numerics import (  # noqa: E402
+    assert_gradients_within, assert_values_within, gradient_bounds, gradient_chain_length, mean_logprob_bound,
+)
 
 
 def test_first_fit_decreasing_reference_case():
@@ -86,3 +88,66 @@ def test_a_leak_across_packed_items_would_change_the_loss():
         kept, mixed = sft_loss(model, layout, 0).item(), sft_loss(model, leaked, 0).item()
     bound = mean_logprob_bound(model, 12, sum(len(i.input_ids) - i.n_prompt for i in items), kept)
     assert abs(kept - mixed) > bound, (kept, mixed, bound)
+
+
+# --- a prefix every item starts with, run once ----------------------------------------------
+
+SYSTEM = list(range(500, 530))  # 30 tokens every prompt starts with
+
+
+def _prefixed_items(seed=2):
+    # prompts = SYSTEM + a few tokens of their own; targets of 2–5 tokens
+    return [SFTItem(SYSTEM + it.input_ids, len(SYSTEM) + it.n_prompt)
+            for it in _items([(9, 3), (4, 2), (14, 5), (6, 2), (11, 4)], seed=seed)]
+
+
+def test_prefix_layout_runs_the_prefix_once_and_continues_positions():
+    from labelrl.train.packing import prefix_layout
+
+    seqs, prompts = [[1, 2, 3, 4, 5, 6], [1, 2, 3, 7, 8]], [4, 4]
+    layout = prefix_layout(seqs, prompts, pad=0, shared=3)
+    assert layout.prefix == [1, 2, 3]
+    assert layout.input_ids.tolist() == [[4, 5, 6], [0, 7, 8]]  # remainders, left-padded
+    assert layout.attention_mask.tolist() == [[1, 1, 1, 1, 1, 1], [1, 1, 1, 0, 1, 1]]  # prefix, then row
+    assert layout.position_ids.tolist() == [[3, 4, 5], [0, 3, 4]]
+    assert layout.labels.tolist() == [[5, 6, IGNORE], [IGNORE, 8, IGNORE]]  # targets 5 6 and 8
+    assert layout.slots == 3 + 6 and layout.real_tokens == 3 + 5
+    with pytest.raises(ValueError, match="keep at least its last prompt token"):
+        prefix_layout(seqs, prompts, pad=0, shared=4)
+
+
+def test_batch_layout_shares_a_prefix_only_when_it_computes_less():
+    from labelrl.train.sft import batch_layout
+
+    items = _prefixed_items()
+    shared = batch_layout(items, 0, pack=True, share_prefix=True)
+    assert shared.prefix == SYSTEM and shared.slots < batch_layout(items, 0, pack=True).slots
+    assert batch_layout(items, 0, pack=True, share_prefix=False).prefix is None
+    # one long item among short ones: its padded remainder row would cost more than packing
+    long_tail = items + [SFTItem(SYSTEM + list(range(3, 400)), len(SYSTEM) + 390)]
+    assert batch_layout(long_tail, 0, pack=True, share_prefix=True).prefix is None
+
+
+@pytest.mark.numerics
+def test_prefix_layout_loss_and_gradients_equal_the_padded_layout():
+    """The prefix pass with its cache kept for the rows against one padded row per item: the
+    same rounding bounds as packed against padded (tests/sft_checks.py)."""
+    model = tiny_llama().train()
+    items = _prefixed_items()
+    layout = batch_layout_of(items)
+    assert layout.prefix == SYSTEM  # the route under test ran
+    shared, shared_grads, shared_magnitudes = sft_loss_and_grads(model, items, pad=0, pack=True, share_prefix=True)
+    padded, padded_grads, padded_magnitudes = _loss_and_grads(model, items, pack=False)
+    longest, targets = max(len(it.input_ids) for it in items), [len(it.input_ids) - it.n_prompt for it in items]
+    assert_values_within(shared, padded, mean_logprob_bound(model, longest, sum(targets), float(padded)), "loss")
+    chain = gradient_chain_length(model, longest, len(items) * longest)
+    assert_gradients_within(shared_grads, padded_grads,
+                            gradient_bounds([shared_magnitudes, padded_magnitudes], padded_grads, chain))
+    # the prefix's tokens get gradient (through the one prefix pass)
+    assert shared_grads["model.embed_tokens.weight"][SYSTEM[0]].abs().sum() > 0
+
+
+def batch_layout_of(items):
+    from labelrl.train.sft import batch_layout
+
+    return batch_layout(items, 0, pack=True, share_prefix=True)

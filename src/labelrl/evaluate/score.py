@@ -8,7 +8,9 @@ label's whole token sequence is scored (K teacher-forced passes) and the K seque
 log-probabilities are normalised the same way.
 
 ``dtype`` bf16 runs the forward passes under bf16 autocast with the vocabulary projection
-in fp32 (``labelrl.models.precision.compute``); the softmax over labels is fp32.
+in fp32 (``labelrl.models.precision.compute``); the softmax over labels is fp32. The prompt
+prefix a batch shares (template and system message) runs once per batch
+(``labelrl.rollout.prefix``).
 """
 
 from __future__ import annotations
@@ -18,8 +20,8 @@ from typing import Sequence
 import torch
 
 from labelrl.data.prompts import ANSWER_PREFIX
-from labelrl.models.precision import compute
-from labelrl.rollout.sampler import left_pad, model_device, pad_id
+from labelrl.rollout.prefix import tail_logits
+from labelrl.rollout.sampler import model_device, pad_id
 from labelrl.types import LabelSpace
 
 
@@ -40,11 +42,9 @@ def label_token_ids(tokenizer, labels: LabelSpace) -> list[list[int]]:
 
 @torch.inference_mode()
 def _last_logprobs(model, seqs: Sequence[Sequence[int]], pad: int, dtype: torch.dtype) -> torch.Tensor:
-    ids, mask, positions = left_pad(seqs, pad, model_device(model))
     # Only the last position's logits are needed: the full [B, L, V] tensor costs an extra
     # vocabulary projection per prompt token and B·L·V floats of memory.
-    with compute(model, dtype):
-        logits = model(input_ids=ids, attention_mask=mask, position_ids=positions, logits_to_keep=1).logits[:, -1, :]
+    logits = tail_logits(model, seqs, pad, dtype, 1, model_device(model))[:, -1, :]
     return torch.log_softmax(logits.float(), dim=-1)
 
 
@@ -52,11 +52,9 @@ def _last_logprobs(model, seqs: Sequence[Sequence[int]], pad: int, dtype: torch.
 def _sequence_logprob(model, prefixes: Sequence[Sequence[int]], cont: Sequence[int], pad: int,
                       dtype: torch.dtype) -> torch.Tensor:
     seqs = [list(p) + list(cont) for p in prefixes]
-    ids, mask, positions = left_pad(seqs, pad, model_device(model))
     n = len(cont)
     # The last n+1 positions predict the n continuation tokens (and one past them).
-    with compute(model, dtype):
-        logits = model(input_ids=ids, attention_mask=mask, position_ids=positions, logits_to_keep=n + 1).logits.float()
+    logits = tail_logits(model, seqs, pad, dtype, n + 1, model_device(model)).float()
     logp = torch.log_softmax(logits[:, :-1, :], dim=-1)
     target = torch.tensor(cont, dtype=torch.long, device=logits.device).expand(len(seqs), n)
     return logp.gather(-1, target.unsqueeze(-1)).squeeze(-1).sum(-1)

@@ -6,7 +6,8 @@ Two routes give the same numbers and the same gradients:
 * ``completion_logprobs_shared``: each prompt runs once and keeps its KV cache *with*
   gradients; the cache is repeated G times and the G completions run on top of it, so the
   prompt costs B token passes instead of B*G and its gradient arrives once, summed over
-  its G completions by the backward of ``repeat_interleave``.
+  its G completions by the backward of ``repeat_interleave``. The prefix the B prompts
+  share runs once more before them, the same way (``labelrl.rollout.prefix``).
 
 Precision: ``dtype`` bf16 runs the forward under bf16 autocast with the vocabulary
 projection in fp32 (``labelrl.models.precision.compute``); log-softmax and gather are fp32
@@ -25,7 +26,10 @@ from typing import Sequence
 import torch
 
 from labelrl.models.precision import compute
-from labelrl.rollout.sampler import cache_kwarg, inner_model, left_pad, model_device, new_cache
+from labelrl.rollout.prefix import (
+    checkpointing, prefix_cache, prefix_supported, remainder_inputs, shared_prefix_length,
+)
+from labelrl.rollout.sampler import cache_kwarg, left_pad, model_device, new_cache
 
 
 def completion_logprobs(
@@ -77,13 +81,17 @@ def completion_logprobs_shared(
     pad_token_id: int,
     min_width: int | None = None,
     dtype: torch.dtype = torch.float32,
+    share_prefix: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Same result as ``completion_logprobs`` with each of the B prompts repeated G times,
     computing each prompt once: ``completion_ids`` [B*G] is grouped contiguously (prompt i
     owns rows i*G … i*G+G−1, as ``sample_groups`` returns them).
 
     The prompt pass keeps its KV cache in the autograd graph (no inference mode, use_cache);
-    the cache is repeated G times and the completions run on it. With gradient
+    the cache is repeated G times and the completions run on it. With ``share_prefix`` the
+    tokens all B prompts start with (template and system message) run once before them
+    (``labelrl.rollout.prefix``); processes that must make the same forward calls turn it
+    off, since their shares can differ in what they share. With gradient
     checkpointing active (training mode, gradients on) transformers drops the cache inside
     checkpointed layers, so this falls back to the plain pass, which is correct, only slower.
     """
@@ -94,15 +102,20 @@ def completion_logprobs_shared(
             "the shared pass needs exactly B*G completions grouped by prompt; pass the RolloutBatch rows in order"
         )
     repeated = [p for p in prompt_ids for _ in range(group_size)]
-    if _checkpointing(model) and model.training and torch.is_grad_enabled():
+    if checkpointing(model) and model.training and torch.is_grad_enabled():
         return completion_logprobs(model, repeated, completion_ids, pad_token_id=pad_token_id, min_width=min_width,
                                    dtype=dtype)
     targets, mask = _right_pad(completion_ids, pad_token_id, model_device(model), min_width)
     width = targets.shape[1]
     if width == 0:
         return torch.zeros(targets.shape, dtype=torch.float32, device=targets.device), mask
-    input_ids, prompt_mask, position_ids = left_pad(prompt_ids, pad_token_id, targets.device)
-    cache, cache_arg = new_cache(model), cache_kwarg(model)
+    shared = shared_prefix_length(prompt_ids) if share_prefix and prefix_supported(model) else 0
+    if shared:  # the prefix all B prompts share runs once, then each prompt's remainder
+        cache, cache_arg = prefix_cache(model, prompt_ids[0][:shared], len(prompt_ids), dtype, targets.device)
+        input_ids, prompt_mask, position_ids = remainder_inputs(prompt_ids, shared, pad_token_id, targets.device)
+    else:
+        input_ids, prompt_mask, position_ids = left_pad(prompt_ids, pad_token_id, targets.device)
+        cache, cache_arg = new_cache(model), cache_kwarg(model)
     with compute(model, dtype):
         out = model(input_ids=input_ids, attention_mask=prompt_mask, position_ids=position_ids,
                     use_cache=True, logits_to_keep=1, **{cache_arg: cache})
@@ -116,17 +129,6 @@ def completion_logprobs_shared(
                         use_cache=True, **{cache_arg: cache})
             logits = torch.cat([logits, out.logits], dim=1)  # [N, T, V]
     return _gather_logprobs(logits, targets, mask), mask
-
-
-def _checkpointing(model: torch.nn.Module) -> bool:
-    """Whether activation (gradient) checkpointing is on; the property's name changed in 5.x."""
-    model = inner_model(model)
-    for name in ("is_activation_checkpointing", "is_gradient_checkpointing"):
-        try:
-            return bool(getattr(model, name))
-        except AttributeError:
-            continue
-    return False
 
 
 def _check_inputs(prompt_ids, completion_ids, pad_token_id) -> None:

@@ -10,7 +10,10 @@ where an item ends: every token attends only to earlier tokens of its own item, 
 loss equals the padded layout's up to float rounding (tested). The same items form each
 step's batch either way; only their layout changes.
 
-Both layouts return ``BatchLayout``: token ids [R, W], position ids [R, W], the attention
+A batch whose items all start with the same tokens (one template, one system message) can
+also run that prefix once (``prefix_layout``), each item's remainder in its own row.
+
+Every layout returns ``BatchLayout``: token ids [R, W], position ids [R, W], the attention
 mask [R, W] (None when packed), the target of each position [R, W] (−100 where there is no
 loss: prompts, padding, and each item's last token) and the share of padding.
 """
@@ -31,11 +34,14 @@ class BatchLayout:
     position_ids: torch.Tensor  # [R, W]
     attention_mask: torch.Tensor | None  # [R, W]; None when packed (items are told apart by their positions)
     labels: torch.Tensor  # [R, W]: token the position predicts, or IGNORE
-    real_tokens: int  # tokens of the items (not padding)
+    real_tokens: int  # token positions computed that hold an item's token (not padding)
+    # Tokens every item starts with, run once before the rows (``prefix_layout``); the mask
+    # then covers them too: [R, len(prefix) + W].
+    prefix: list[int] | None = None
 
     @property
     def slots(self) -> int:
-        return self.input_ids.numel()
+        return self.input_ids.numel() + len(self.prefix or ())
 
     @property
     def padding_share(self) -> float:
@@ -96,6 +102,22 @@ def packed_layout(sequences: Sequence[Sequence[int]], n_prompt: Sequence[int], p
             start = end
         positions[r, start:] = torch.arange(width - start)
     return BatchLayout(ids, positions, None, labels, sum(len(s) for s in sequences))
+
+
+def prefix_layout(sequences: Sequence[Sequence[int]], n_prompt: Sequence[int], pad: int, shared: int) -> BatchLayout:
+    """The first ``shared`` tokens, which every item starts with (a template's header and
+    system message), as a prefix run once; each item's remainder in a row of its own,
+    left-padded, its positions continuing from ``shared`` (``labelrl.rollout.prefix``).
+    ``shared`` must leave every item's last prompt token in its row: it predicts the first
+    target."""
+    if any(shared > n - 1 for n in n_prompt) or any(list(s[:shared]) != list(sequences[0][:shared]) for s in sequences):
+        raise ValueError(f"a shared prefix of {shared} tokens: every item must start with it and keep at least its "
+                         "last prompt token after it; take the length from labelrl.rollout.prefix.shared_prefix_length")
+    rest = padded_layout([list(s)[shared:] for s in sequences], [n - shared for n in n_prompt], pad)
+    mask = torch.cat([torch.ones((len(sequences), shared), dtype=torch.long), rest.attention_mask], dim=1)
+    positions = torch.where(rest.attention_mask.bool(), rest.position_ids + shared, rest.position_ids)
+    return BatchLayout(rest.input_ids, positions, mask, rest.labels, shared + rest.real_tokens,
+                       prefix=list(sequences[0][:shared]))
 
 
 def kept_positions(labels: torch.Tensor) -> torch.Tensor:

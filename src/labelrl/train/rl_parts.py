@@ -258,8 +258,8 @@ def loss_normaliser(batch: StepBatch, groups: list[int] | None, group_size: int)
 def policy_loss_for_groups(run, batch: StepBatch, keep: list[int], old_logprobs, normaliser: dict):
     """Per-token log-probs of the kept groups (each prompt computed once) and the loss.
 
-    Under several processes every process pads its completions to the batch's longest, so
-    all make the same forward calls whatever their share holds.
+    Under several processes every process pads its completions to the batch's longest and
+    skips the shared-prefix pass, so all make the same forward calls whatever their share holds.
 
     The importance ratio's denominator is this training pass's own log-probs (detached) on
     the first epoch, never the sampler's: with one on-policy epoch the ratio is exactly 1
@@ -267,13 +267,14 @@ def policy_loss_for_groups(run, batch: StepBatch, keep: list[int], old_logprobs,
     """
     G = run.cfg.group_size
     rows = [g * G + j for g in keep for j in range(G)]
-    width = max(len(c) for c in batch.completion_ids) if run.accelerator.num_processes > 1 else None
+    single = run.accelerator.num_processes == 1
+    width = None if single else max(len(c) for c in batch.completion_ids)
     # The reference pass comes first: it puts the starting weights in place for a moment
     # (labelrl.train.reference), which must not happen while this pass's graph holds them.
     ref = reference_logprobs(run, batch, keep, rows) if run.cfg.beta > 0 else None
     logprobs, mask = completion_logprobs_shared(
         run.model, [batch.prompt_ids[g] for g in keep], [batch.completion_ids[r] for r in rows], G,
-        pad_token_id=pad_id(run.tokenizer), min_width=width, dtype=run.dtype,
+        pad_token_id=pad_id(run.tokenizer), min_width=width, dtype=run.dtype, share_prefix=single,
     )
     mask = mask & batch.loss_mask[rows].unsqueeze(1).to(mask.device)
     old = logprobs.detach() if old_logprobs is None else old_logprobs
@@ -290,11 +291,13 @@ def reference_logprobs(run, batch: StepBatch, keep: list[int], rows: list[int]) 
     """Log-probs under the model this run started from (an SFT adapter it continues included):
     the adapter's starting weights put in place for this pass (labelrl.train.reference)."""
     policy = run.accelerator.unwrap_model(run.model)  # no gradients: no need for the DDP wrapper
-    width = max(len(c) for c in batch.completion_ids) if run.accelerator.num_processes > 1 else None
+    single = run.accelerator.num_processes == 1
+    width = None if single else max(len(c) for c in batch.completion_ids)
     with run.reference.active(policy):
         ref, _ = completion_logprobs_shared(
             policy, [batch.prompt_ids[g] for g in keep], [batch.completion_ids[r] for r in rows],
             run.cfg.group_size, pad_token_id=pad_id(run.tokenizer), min_width=width, dtype=run.dtype,
+            share_prefix=single,
         )
     return ref
 

@@ -25,6 +25,7 @@ from labelrl.evaluate.metrics import basic_metrics
 from labelrl.fileio import RunLock, append_jsonl, atomic_write_json
 from labelrl.models.precision import compute, precision_name
 from labelrl.models.prepare import prepare_model
+from labelrl.rollout.prefix import checkpointing, prefix_cache, prefix_supported, shared_prefix_length
 from labelrl.rollout.sampler import model_device, pad_id
 from labelrl.train.checkpoint import save_merged, save_model
 from labelrl.train.config import SFTConfig
@@ -36,6 +37,7 @@ from labelrl.train.packing import (
     kept_positions,
     packed_layout,
     padded_layout,
+    prefix_layout,
 )
 from labelrl.train.distributed import (
     broadcast_from_main,
@@ -103,29 +105,40 @@ def build_items(tokenizer, data: RunData, cfg: SFTConfig, traces: dict[str, str]
     return [SFTItem(p_ids + targets[i], len(p_ids)) for i, p_ids in zip(kept, prompts)]
 
 
-def batch_layout(batch: list[SFTItem], pad: int, pack: bool = True) -> BatchLayout:
-    """The token layout of ``batch``: packed rows, or one left-padded row per item."""
-    layout = packed_layout if pack else padded_layout
-    return layout([it.input_ids for it in batch], [it.n_prompt for it in batch], pad)
+def batch_layout(batch: list[SFTItem], pad: int, pack: bool = True, share_prefix: bool = False) -> BatchLayout:
+    """The token layout of ``batch``: packed rows, or one left-padded row per item; with
+    ``share_prefix``, the prefix all items start with run once (``prefix_layout``) when that
+    computes fewer token positions."""
+    seqs, n_prompt = [it.input_ids for it in batch], [it.n_prompt for it in batch]
+    layout = (packed_layout if pack else padded_layout)(seqs, n_prompt, pad)
+    shared = shared_prefix_length(seqs, keep=[len(s) - n + 1 for s, n in zip(seqs, n_prompt)]) if share_prefix else 0
+    if shared and shared + len(seqs) * max(len(s) - shared for s in seqs) < layout.slots:
+        return prefix_layout(seqs, n_prompt, pad, shared)
+    return layout
 
 
 def sft_loss(model, batch: list[SFTItem] | BatchLayout, pad: int, dtype: torch.dtype = torch.float32,
-             pack: bool = True) -> torch.Tensor:
+             pack: bool = True, share_prefix: bool = False) -> torch.Tensor:
     """Mean cross-entropy over the assistant tokens of a batch (items, or their layout).
 
     The output projection (the largest matrix product for a small model with a 49k
     vocabulary) runs only on the positions that predict a target token (``logits_to_keep``
-    as an index), never on the prompts.
+    as an index), never on the prompts. A layout with a prefix runs it once and keeps its
+    KV cache, with gradients, for every row.
     """
-    layout = batch if isinstance(batch, BatchLayout) else batch_layout(batch, pad, pack)
+    layout = batch if isinstance(batch, BatchLayout) else batch_layout(batch, pad, pack, share_prefix)
     device = model_device(model)
     keep = kept_positions(layout.labels)
     mask = layout.attention_mask.to(device) if layout.attention_mask is not None else None
+    # use_cache=False: transformers tells packed items apart by their restarting positions
+    # only when no cache is built (masking_utils._preprocess_mask_arguments)
+    extra: dict = {"use_cache": False}
+    if layout.prefix:
+        cache, arg = prefix_cache(model, layout.prefix, layout.input_ids.shape[0], dtype, device)
+        extra = {arg: cache, "use_cache": True}
     with compute(model, dtype):
-        # use_cache=False: transformers tells packed items apart by their restarting positions
-        # only when no cache is built (masking_utils._preprocess_mask_arguments)
-        logits = model(input_ids=layout.input_ids.to(device), attention_mask=mask, use_cache=False,
-                       position_ids=layout.position_ids.to(device), logits_to_keep=keep.to(device)).logits
+        logits = model(input_ids=layout.input_ids.to(device), attention_mask=mask, position_ids=layout.position_ids.to(device),
+                       logits_to_keep=keep.to(device), **extra).logits
     labels = layout.labels[:, keep].to(device)
     logits = logits.float()
     return torch.nn.functional.cross_entropy(logits.reshape(-1, logits.size(-1)), labels.reshape(-1), ignore_index=IGNORE)
@@ -308,7 +321,9 @@ def sft_step(run: SFTRun, batch: list[SFTItem]) -> dict:
     """
     accelerator, started = run.accelerator, time.perf_counter()
     mine = batch[run.share]
-    layout = batch_layout(mine, run.pad, run.cfg.pack)
+    # One process only: processes whose shares share different prefixes would make other forward calls.
+    share = accelerator.num_processes == 1 and not checkpointing(run.model) and prefix_supported(run.model)
+    layout = batch_layout(mine, run.pad, run.cfg.pack, share_prefix=share)
     loss = sft_loss(run.model, layout, run.pad, run.dtype)
     n = accelerator.num_processes
     if n > 1:
@@ -323,9 +338,10 @@ def sft_step(run: SFTRun, batch: list[SFTItem]) -> dict:
     run.scheduler.step()
     run.optimizer.zero_grad(set_to_none=True)
     seconds = time.perf_counter() - started
-    tokens, slots = reduce_value(accelerator, layout.real_tokens), reduce_value(accelerator, layout.slots)
+    real, slots = reduce_value(accelerator, layout.real_tokens), reduce_value(accelerator, layout.slots)
+    tokens = reduce_value(accelerator, sum(len(it.input_ids) for it in mine))  # a shared prefix counts per item
     return {K.LOSS: loss_value, K.GRAD_NORM: float(grad_norm), K.LEARNING_RATE: run.scheduler.get_last_lr()[0],
-            K.STEP_SECONDS: seconds, K.PADDING_SHARE: 1.0 - tokens / slots, K.TRAIN_TOKENS_PER_S: tokens / seconds}
+            K.STEP_SECONDS: seconds, K.PADDING_SHARE: 1.0 - real / slots, K.TRAIN_TOKENS_PER_S: tokens / seconds}
 
 
 def load_kept_traces(path) -> dict[str, str]:
