@@ -207,8 +207,14 @@ def prepare(
 
     model, tokenizer = load_model(spec)
     model.requires_grad_(False)
+    fingerprint = model_fingerprint(model)  # of the model as saved (the ledger's identity)
+    # An adapter folded into its base: one product per layer instead of the base's and the
+    # low-rank pair's (label-token scoring of the demo's movies val: 1.55× faster); the
+    # scores move by float rounding only.
+    if hasattr(model, "merge_and_unload"):
+        model = model.merge_and_unload()
     dtype = resolve_dtype(precision, next(model.parameters()).device)
-    return EvalSetup(spec, model, tokenizer, model_fingerprint(model), data, dtype)
+    return EvalSetup(spec, model, tokenizer, fingerprint, data, dtype)
 
 
 def example_prompt_ids(tokenizer, data: EvalData, example: Example) -> list[int]:
