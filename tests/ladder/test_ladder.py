@@ -104,6 +104,9 @@ def test_every_arm_type_runs_and_failures_are_contained(ladder_run):
     assert arms["noise"]["config"]["random_reward"] is True
     assert arms["cot_rl"]["config"]["mode"] == "reasoning" and arms["cot"]["config"]["traces"].endswith("distill/traces.jsonl")
     assert arms["distill"]["survival"]["n_survived"] > 0
+    # the time per phase is in the state for the report: one training row per trained arm
+    trained = {p["what"] for p in state["phases"] if p["phase"] == "train"}
+    assert {"sft (sft)", "cot_rl (rl)", "control (sft)"} <= trained and state["seconds_last_invocation"] > 0
 
 
 def test_arms_share_one_split_and_each_model_looks_at_the_holdout_once(ladder_run):

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from labelrl.ladder.phases import minutes, phase_times
+from labelrl.ladder.phases import phase_times
+from labelrl.report.render import minutes
 
 
 def test_training_per_arm_scoring_summed_over_arms_and_threshold_arms_count_as_scoring():

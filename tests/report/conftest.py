@@ -275,8 +275,13 @@ def build_ladder_run(root: Path, *, sweep: bool = True, distill: bool = True, oo
     if noise:
         tasks["spam_noisy"] = build_noisy_spam(run)
     (run / "recipe.yaml").write_text("version: 1\nname: synthetic\n", encoding="utf-8")
+    # the time per phase the ladder writes at the end (labelrl.ladder.phases)
+    phases = [{"task": "spam", "phase": "train", "what": "sft (sft)", "seconds": 125.0},
+              {"task": "spam", "phase": "train", "what": "grpo (rl)", "seconds": 61.4},
+              {"task": "spam", "phase": "scoring", "what": "every arm's evaluations", "seconds": 42.0}]
     atomic_write_json(run / "ladder.json", {"format": 1, "recipe": "synthetic", "run_dir": str(run), "tasks": tasks,
-                                            "task_order": list(tasks)})
+                                            "task_order": list(tasks), "phases": phases,
+                                            "seconds_last_invocation": 240.0})
     return run
 
 

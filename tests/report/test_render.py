@@ -51,6 +51,15 @@ def test_every_section_is_in_both_files(full):
         assert f"Not run: {NOT_RUN[anchor]}" not in html  # the full run has every input
 
 
+def test_time_per_phase_is_read_from_ladder_json(full):
+    _, _, md = full
+    section = md.split("\n## 11. Time per phase\n")[1]
+    for row in ("| spam | train | sft (sft) | 2 min 05 s |", "| spam | train | grpo (rl) | 1 min 01 s |",
+                "| spam | scoring | every arm's evaluations | 42 s |", "| sum | the phases above | 3 min 48 s |",
+                "| all | the last invocation, wall clock (finished arms reused) | 4 min 00 s |"):
+        assert row in section, row
+
+
 def test_html_is_self_contained(full):
     result, html, _ = full
     assert not EXTERNAL.search(html)

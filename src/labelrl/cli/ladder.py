@@ -60,7 +60,8 @@ def run_ladder_command(recipe_source, out: Path | None, *, fast: bool = False, s
 
 def phase_table(state: dict, report_seconds: float | None, wall_seconds: float) -> Table:
     """Where this ladder's time went (labelrl.ladder.phases), the report and the whole run."""
-    from labelrl.ladder.phases import minutes, phase_times
+    from labelrl.ladder.phases import phase_times
+    from labelrl.report.render import minutes
 
     table = Table(title="time per phase", title_justify="left")
     for column in ("task", "phase", "what", "time"):

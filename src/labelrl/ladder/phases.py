@@ -36,8 +36,3 @@ def phase_times(state: dict) -> list[dict]:
                          "seconds": float(task["seconds_analysis"])})
     return rows
 
-
-def minutes(seconds: float) -> str:
-    """``1 min 05 s`` / ``42 s``."""
-    whole = int(round(seconds))
-    return f"{whole // 60} min {whole % 60:02d} s" if whole >= 60 else f"{whole} s"

@@ -26,6 +26,7 @@ from labelrl.ladder.arms import LadderStopped, arm_config, train_arm
 from labelrl.ladder.collapse import COLLAPSED, stops_on_collapse
 from labelrl.train.collapse import collapse_detail
 from labelrl.ladder.recipe import FAMILY, Recipe, TaskSpec, requires, run_order
+from labelrl.ladder.phases import phase_times
 from labelrl.ladder.tune import tune_or_follow
 from labelrl.ladder.tune_grid import arm_grid, finished_config_matches, moved_to_run
 
@@ -73,10 +74,15 @@ class Ladder:
 
     def run(self) -> dict:
         self.run_dir.mkdir(parents=True, exist_ok=True)
+        started = time.monotonic()
         with RunLock(self.run_dir, "ladder"):
             atomic_write_text(self.run_dir / "recipe.yaml", yaml.safe_dump(self.recipe.as_written(), sort_keys=False))
             for task_name, task in self.recipe.tasks.items():
                 self.run_task(task_name, task)
+            # where the time went, for the console and the report (which reads files only)
+            self.state["phases"] = phase_times(self.state)
+            self.state["seconds_last_invocation"] = time.monotonic() - started
+            self.save()
         return self.state
 
     # ------------------------------------------------------------ one task

@@ -1,7 +1,7 @@
 """``labelrl report RUN_DIR``: one document from a ladder run's files (no model, no torch).
 
 ``build_report(run_dir, out)`` reads the run (``collect``), draws the figures (``figures``),
-assembles the seven sections below as blocks and writes them as ``out/report.html``
+assembles the sections below as blocks and writes them as ``out/report.html``
 (self-contained) and ``out/report.md`` (figures under ``out/figures/``); ``render`` holds the
 block types and both serialisers. A section whose inputs are absent says so in one line; a
 failed or skipped arm appears in the table with its error or reason.
@@ -22,7 +22,8 @@ failed or skipped arm appears in the table with its error or reason.
 7. the distillation decomposition (filter and objective effects) and trace survival;
 8. holdout balanced accuracy against injected training-label noise, per arm;
 9. the lenient parser's reward inflation on the logged rollouts, and pass@k;
-10. the audit per split.
+10. the audit per split;
+11. time per phase of the last ``labelrl ladder`` (training per arm, scoring, analyses).
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from labelrl.report import conclusions as C
 from labelrl.report import figures as F
 from labelrl.report import op_path as P
 from labelrl.report import tuning as T
+from labelrl.report.timing import time_per_phase
 from labelrl.report.collect import ArmData, RunData, TaskData, collect_run
 from labelrl.report.render import (Block, FigureSink, Heading, Items, Para, TableBlock, fmt, fmt_ci, to_html,
                                    to_markdown)
@@ -57,12 +59,14 @@ SECTIONS = (
     ("noise", "8. Label noise"),
     ("parser", "9. Parser and sampling: strict vs lenient, pass@k"),
     ("labels", "10. The labels: audit per split, relabelling"),
+    ("time", "11. Time per phase"),
 )
 NOT_RUN = {
     "verdict": "no task has a finished RL arm and an SFT arm to compare it with (analysis/verdict.json).",
     "noise": "no two tasks on the same data differ in label_noise.",
     "parser": "no RL arm's rollouts were rescored (analysis/rescore-ARM.json) and no arm has pass@k (task key pass_at_k).",
     "labels": "no audit.json with a per-split breakdown.",
+    "time": "ladder.json records no phase times (the ladder writes them at the end of each invocation).",
     "comparison": "the ladder lists no task.",
     "curves": "no arm logged per-step metrics (metrics.jsonl or sft_metrics.jsonl).",
     "length": "no RL arm logged per-step metrics or rollouts.",
@@ -397,11 +401,11 @@ def distillation(task: TaskData, sink: FigureSink) -> list[Block]:
 BUILDERS = {"verdict": C.verdict, "comparison": comparison, "curves": curves, "length": lengths, "drift": drift,
             "advantages": advantages, "roc": roc, "distill": distillation, "parser": A.parser_and_sampling,
             "labels": A.labels}
-RUN_BUILDERS = {"noise": C.noise}  # sections drawn across tasks
+RUN_BUILDERS = {"noise": C.noise, "time": time_per_phase}  # sections drawn across tasks
 
 
 def report_blocks(run: RunData, sink: FigureSink) -> list[Block]:
-    """The report's blocks: a header, the seven ``SECTIONS`` (each "not run" when empty), and
+    """The report's blocks: a header, the ``SECTIONS`` (each "not run" when empty), and
     the unreadable files, if any."""
     arms = [a for t in run.tasks for a in t.arms]
     counts = ", ".join(f"{sum(a.status == s for a in arms)} {s}" for s in ("done", "failed", "skipped", "pending", "running")

@@ -151,6 +151,9 @@ class RunData:
     recipe: str | None
     tasks: list[TaskData]
     problems: list[str] = field(default_factory=list)
+    # where the last `labelrl ladder` spent its time (labelrl.ladder.phases), and its wall clock
+    phases: list[dict] = field(default_factory=list)
+    seconds_last_invocation: float | None = None
 
 
 def read_json(path: Path, problems: list[str]) -> dict | None:
@@ -486,4 +489,7 @@ def collect_run(run_dir: str | Path) -> RunData:
     given = [t for t in ladder.get("task_order") or [] if t in tasks]
     order = given + [t for t in tasks if t not in given]
     read = [_read_task(name, _mapping(tasks[name]), run_dir, problems) for name in order]
-    return RunData(run_dir=run_dir, recipe=ladder.get("recipe"), tasks=read, problems=problems)
+    phases = [p for p in ladder.get("phases") or [] if isinstance(p, dict) and isinstance(p.get("seconds"), (int, float))]
+    wall = ladder.get("seconds_last_invocation")
+    return RunData(run_dir=run_dir, recipe=ladder.get("recipe"), tasks=read, problems=problems, phases=phases,
+                   seconds_last_invocation=float(wall) if isinstance(wall, (int, float)) else None)

@@ -85,6 +85,12 @@ def fmt_ci(value, ci, sign: bool = False) -> str:
     return fmt(value, sign=sign)
 
 
+def minutes(seconds: float) -> str:
+    """``1 min 05 s`` / ``42 s``."""
+    whole = int(round(seconds))
+    return f"{whole // 60} min {whole % 60:02d} s" if whole >= 60 else f"{whole} s"
+
+
 def slug(text: str) -> str:
     """A file- and anchor-safe name: ``spam/grpo reward`` → ``spam-grpo-reward``."""
     return re.sub(r"[^A-Za-z0-9_.]+", "-", text).strip("-.") or "x"

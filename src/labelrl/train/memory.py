@@ -66,6 +66,7 @@ class MemoryPlan:
     predicted_peak_checkpointed_mb: float | None
     tokens: int  # token positions of the largest batch
     fits: bool
+    knobs: str = "--batch-size or --max-length"  # what to lower when nothing fits
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -182,12 +183,15 @@ def activation_growth_bytes(cost: ActivationCost, tokens: int, model, checkpoint
 
 def plan_memory(model, dtype: torch.dtype, *, tokens: int, tokens_checkpointed: int | None = None,
                 logit_positions: int, requested: bool | None, budget_gib: float | None,
-                held_bytes: int = 0) -> MemoryPlan:
+                held_bytes: int = 0, knobs: str = "--batch-size or --max-length") -> MemoryPlan:
     """Predict the peak of a batch of ``tokens`` positions (``tokens_checkpointed`` when the
     checkpointed pass forwards more, as RL's plain pass does) whose loss reads
     ``logit_positions`` logits, and decide on checkpointing (``requested`` wins when set).
     ``held_bytes``: what the run will hold through its training passes that it does not hold
-    yet (RL: the sampler's packed weights)."""
+    yet (RL: the sampler's packed weights). Unforced, checkpointing is on only when the plain
+    prediction is above the budget and the checkpointed one below both: RL's checkpointed pass
+    forwards each prompt G times and can cost more. When neither fits, the plan names
+    ``knobs``, the options that shrink the batch."""
     device = next(model.parameters()).device
     budget = memory_budget_bytes(budget_gib, device)
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
@@ -201,14 +205,17 @@ def plan_memory(model, dtype: torch.dtype, *, tokens: int, tokens_checkpointed: 
         use, reason = requested, "--gradient-checkpointing" if requested else "--no-gradient-checkpointing"
     elif budget is None:
         use, reason = False, "machine memory unknown: give --memory-budget to plan"
+    elif plain <= budget:
+        use, reason = False, f"predicted {plain / GIB:.1f} GiB ≤ budget {budget / GIB:.1f} GiB"
+    elif checkpointed <= budget and checkpointed < plain:
+        use, reason = True, f"predicted {plain / GIB:.1f} GiB > budget {budget / GIB:.1f} GiB"
     else:
-        use = plain > budget
-        reason = (f"predicted {plain / GIB:.1f} GiB > budget {budget / GIB:.1f} GiB" if use
-                  else f"predicted {plain / GIB:.1f} GiB ≤ budget {budget / GIB:.1f} GiB")
+        use, reason = False, (f"predicted {plain / GIB:.1f} GiB > budget {budget / GIB:.1f} GiB, and checkpointing "
+                              f"would need {checkpointed / GIB:.1f} GiB, so it stays off")
     peak = checkpointed if use else plain
     return MemoryPlan(gradient_checkpointing=use, reason=reason, budget_mb=(budget or 0) / 2**20,
                       predicted_peak_mb=plain / 2**20, predicted_peak_checkpointed_mb=checkpointed / 2**20,
-                      tokens=tokens, fits=budget is None or peak <= budget)
+                      tokens=tokens, fits=budget is None or peak <= budget, knobs=knobs)
 
 
 def set_checkpointing(model, on: bool, dtype: torch.dtype | None = None) -> None:
@@ -246,5 +253,5 @@ def report_memory_plan(plan: MemoryPlan, quiet: bool) -> None:
             f"checkpointing {state} ({plan.reason})")
     if not plan.fits:
         line += (f"; WARNING: predicted above the budget of {plan.budget_mb / 1024:.1f} GiB even so: lower "
-                 "--batch-size or --max-length, or raise --memory-budget")
+                 f"{plan.knobs}, or raise --memory-budget")
     print(line, file=sys.stderr, flush=True)

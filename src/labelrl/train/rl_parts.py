@@ -113,7 +113,8 @@ def plan_rl_memory(cfg, model, dtype: torch.dtype, prompts: list[list[int]], sha
     held = kept_bytes(model, dtype) if cfg.backend == "labelrl" and unsupported_reason(model) is None else 0
     return plan_memory(model, dtype, tokens=prompts_here * (longest + G * T),
                        tokens_checkpointed=prompts_here * G * (longest + T), logit_positions=prompts_here * G * T,
-                       requested=cfg.gradient_checkpointing, budget_gib=cfg.memory_budget, held_bytes=held)
+                       requested=cfg.gradient_checkpointing, budget_gib=cfg.memory_budget, held_bytes=held,
+                       knobs="--prompts-per-step, --group-size or --max-new-tokens")
 
 
 def step_seed(seed: int, step: int, round_index: int) -> int:
