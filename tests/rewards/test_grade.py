@@ -172,3 +172,12 @@ def test_class_rewards_and_reward_tables_from_the_command_line(tmp_path):
     assert grade("2", "1", scale) == 0.5 and grade("1", "2", scale) == 0.25  # asymmetric
     with pytest.raises(ValueError, match="no such file"):
         read_reward_table(tmp_path / "missing.yaml")
+
+
+def test_a_yaml_reward_table_keeps_yes_and_no_as_labels(tmp_path):
+    # YAML 1.1 reads a bare yes/no as a boolean: {yes: {yes: 1}} would name the label True
+    from labelrl.rewards.grade import read_reward_table
+
+    path = tmp_path / "table.yaml"
+    path.write_text("yes: {yes: 1.0, no: -0.5}\nno: {no: 1, yes: 0}\n", encoding="utf-8")
+    assert read_reward_table(path) == {"yes": {"yes": 1.0, "no": -0.5}, "no": {"no": 1.0, "yes": 0.0}}

@@ -58,15 +58,31 @@ def parse_class_rewards(text: str) -> dict[str, ClassReward]:
     return out
 
 
+def _label_loader():
+    """YAML's safe loader without YAML 1.1 booleans: labels such as yes/no/on/off stay text
+    (``{yes: 1.0}`` would otherwise name the label True)."""
+    import yaml
+
+    class Loader(yaml.SafeLoader):
+        pass
+
+    Loader.yaml_implicit_resolvers = {
+        first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:bool"]
+        for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+    }
+    return Loader
+
+
 def read_reward_table(path) -> dict[str, dict[str, float]]:
     """A K×K reward table ``table[reference][prediction]`` from a YAML or JSON file."""
     import yaml
     from pathlib import Path
 
+    _LabelLoader = _label_loader()
     path = Path(path)
     if not path.is_file():
         raise ValueError(f"--reward-table {path}: no such file; write a YAML mapping reference → prediction → reward")
-    table = yaml.safe_load(path.read_text(encoding="utf-8"))
+    table = yaml.load(path.read_text(encoding="utf-8"), Loader=_LabelLoader)
     if not isinstance(table, dict) or not all(isinstance(row, dict) for row in table.values()):
         raise ValueError(f"--reward-table {path}: expected a mapping of reference label → {{prediction label: reward}}")
     return {str(ref): {str(p): float(r) for p, r in row.items()} for ref, row in table.items()}
