@@ -275,3 +275,38 @@ def test_sft_on_two_processes_equals_one_process(toy_data, tmp_path, weights_cha
     two = read_jsonl(tmp_path / "two" / "sft_metrics.jsonl")
     assert_same_records(one, two)
     assert K.EVAL_BALANCED_ACCURACY in two[-1]  # evaluated once, by the main process
+
+
+# --- the teardown at its real call sites ---------------------------------------------------
+
+
+def test_sft_and_rl_end_through_end_training_with_the_model_they_trained(monkeypatch, toy_data, tmp_path):
+    # The reducer release above only helps if both trainers end through end_training and hand it
+    # the prepared model (under several processes, the DDP wrapper holding the reducer), after
+    # their files are written. A trainer calling accelerator.end_training() itself, or passing
+    # no model, would bring back the hang; so would a failed run that skipped the teardown.
+    import labelrl.train.rl as rl_module
+    import labelrl.train.sft as sft_module
+    from labelrl.train.config import RLConfig, SFTConfig
+
+    calls = []
+
+    def spy(accelerator, model=None):
+        calls.append({"prepared": model is not None and any(model is m for m in accelerator._models),
+                      "summaries": sorted(p.parent.name for p in tmp_path.glob("*/*_summary.json"))})
+        return real(accelerator, model)
+
+    real = rl_module.end_training
+    monkeypatch.setattr(rl_module, "end_training", spy)
+    monkeypatch.setattr(sft_module, "end_training", spy)
+    sft_module.run_sft(SFTConfig(model="tiny-random", data=str(toy_data), out=tmp_path / "sft", max_steps=1,
+                                 batch_size=2, eval_every=1, quiet=True, lora=False))
+    rl_module.run_rl(RLConfig(**_rl_config(toy_data, steps=1), out=tmp_path / "rl"))
+    assert [c["prepared"] for c in calls] == [True, True]
+    assert [c["summaries"] for c in calls] == [["sft"], ["rl", "sft"]]  # each after its summary was written
+    # a run that fails after its model is prepared still ends through it, with the model
+    monkeypatch.setattr(sft_module, "_sft_loop", lambda run: (_ for _ in ()).throw(RuntimeError("boom")))
+    with pytest.raises(RuntimeError, match="boom"):
+        sft_module.run_sft(SFTConfig(model="tiny-random", data=str(toy_data), out=tmp_path / "failed", max_steps=1,
+                                     batch_size=2, quiet=True, lora=False))
+    assert len(calls) == 3 and calls[2]["prepared"]
