@@ -15,6 +15,7 @@ import time
 import torch
 
 from labelrl.models import load_model
+from common import cpu_line  # noqa: E402  (benchmarks/common.py)
 from labelrl.rollout import sample_groups
 
 MODELS = ["tiny-random", "tiny-qwen2", "tiny-qwen3", "tiny-gemma3"]
@@ -36,6 +37,7 @@ def main() -> None:
     parser.add_argument("--new-tokens", type=int, default=32)
     parser.add_argument("--bf16", action="store_true")
     args = parser.parse_args()
+    print(cpu_line(), flush=True)  # the kind of CPU every figure below belongs to
     dtype = torch.bfloat16 if args.bf16 else torch.float32
     print(f"torch threads {torch.get_num_threads()}, B={args.prompts} × G={args.group_size}, {args.new_tokens} new "
           f"tokens, {'bf16' if args.bf16 else 'fp32'}, median of {args.runs} runs (call / decode only)")

@@ -42,7 +42,7 @@ from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from common import busy_note  # noqa: E402  (benchmarks/common.py)
+from common import busy_note, cpu_line  # noqa: E402  (benchmarks/common.py)
 
 ARMS = {
     "before": dict(precision="fp32", pack=False, gradient_checkpointing=False),
@@ -152,6 +152,7 @@ def main() -> None:
     parser.add_argument("--only", choices=list(ARMS), help=argparse.SUPPRESS)
     parser.add_argument("--data", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    print(cpu_line(), flush=True)  # the kind of CPU every figure below belongs to
     if args.only:
         print(RESULT_MARK + json.dumps(run_arm(args.only, args.data, args)), flush=True)
         return

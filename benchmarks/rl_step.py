@@ -59,7 +59,7 @@ from pathlib import Path
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import torch  # noqa: E402
-from common import busy_note, machine_rates, rates_line  # noqa: E402  (benchmarks/common.py; the script's folder is on sys.path)
+from common import busy_note, cpu_line, machine_rates, rates_line  # noqa: E402  (benchmarks/common.py; the script's folder is on sys.path)
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
@@ -302,6 +302,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, help="torch CPU threads in every process (default: torch's choice)")
     parser.add_argument("--only", choices=VARIANTS, help=argparse.SUPPRESS)  # child process
     args = parser.parse_args()
+    print(cpu_line(), flush=True)  # the kind of CPU every figure below belongs to
     if args.steps < 1:
         raise ValueError(f"--steps {args.steps}: the median needs at least 1 timed step; pass --steps 1 or more")
     if args.only:

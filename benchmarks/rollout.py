@@ -56,7 +56,7 @@ from rich.table import Table  # noqa: E402
 from labelrl.fileio import atomic_write_json  # noqa: E402
 from labelrl.rollout import generate_groups, sample_groups  # noqa: E402
 from labelrl.rollout.fast_decode import clear_fused_cache  # noqa: E402
-from common import DTYPES, busy_note, machine_rates, rates_line  # noqa: E402  (benchmarks/common.py)
+from common import DTYPES, busy_note, cpu_line, machine_rates, rates_line  # noqa: E402  (benchmarks/common.py)
 
 
 def sample_groups_hf_forward(model, prompts, **options):
@@ -266,6 +266,7 @@ def main() -> None:
     parser.add_argument("--precisions", nargs="+", choices=list(DTYPES), default=list(DTYPES),
                         help="precisions to run (on a CPU without native bf16, bf16 is emulated and slow: fp32 alone)")
     args = parser.parse_args()
+    print(cpu_line(), flush=True)  # the kind of CPU every figure below belongs to
     if args.threads:
         torch.set_num_threads(args.threads)
     if args.no_vllm or importlib.util.find_spec("vllm") is None:

@@ -49,7 +49,7 @@ from labelrl.evaluate.score import label_token_ids, score_labels  # noqa: E402
 from labelrl.models import load_model  # noqa: E402
 from labelrl.rewards import parse_answer  # noqa: E402
 from labelrl.rollout import generate_groups, sample_groups  # noqa: E402
-from common import DTYPES, busy_note, forward_flops, machine_rates, rates_line  # noqa: E402  (benchmarks/common.py)
+from common import DTYPES, busy_note, cpu_line, forward_flops, machine_rates, rates_line  # noqa: E402  (benchmarks/common.py)
 
 MAX_NEW_TOKENS = 8
 
@@ -122,6 +122,7 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--threads", type=int, default=None)
     args = parser.parse_args()
+    print(cpu_line(), flush=True)  # the kind of CPU every figure below belongs to
     if args.threads:
         torch.set_num_threads(args.threads)
     model, tokenizer = load_model("smollm2-135m-instruct")
