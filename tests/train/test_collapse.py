@@ -175,29 +175,30 @@ def test_val_items_that_are_all_one_label_are_answered_right_not_collapsed(tmp_p
 # ---------------------------------------------------------------- end to end through run_rl
 
 # The warm start (tests/conftest.py) answers the toy task's RL words at chance. The task pays a
-# right "yes" 1 and a right "no" 0.2 (--class-reward yes=1/0,no=0.2/0), and Dr. GRPO leaves the
-# advantages unscaled, so "yes" groups push five times harder: at 3e-3 the policy drifts to
-# answering "yes" to everything within a few steps, at 1e-4 it stays near its start. Measured on
-# MKL/oneDNN's AVX-512/AMX kernels and held to AVX2: from step 3 or 4 on at least 0.93 of the
-# parsed answers are "yes" at 3e-3 (at most 0.69 at 1e-4). Those rounding-dependent trajectories
-# differ step by step, so the test asks for a collapse to "yes" at share 0.9 (a setting of the
-# rule), not for one step. The val path is off: the warm start's val answers are one word whose
-# label the kernels decide, and a label the start already answers is never flagged.
-FAST = dict(steps=8, group_size=4, prompts_per_step=4, max_new_tokens=8, checkpoint_every=2, preset="dr_grpo",
-            class_reward="yes=1/0,no=0.2/0", val_path=False, collapse_share=0.9)
+# right "yes" 1 and a right "no" 0.1 (--class-reward yes=1/0,no=0.1/0), and Dr. GRPO leaves the
+# advantages unscaled, so "yes" groups push ten times harder: at 1e-3 the policy drifts toward
+# answering "yes" to everything, at 1e-4 it stays near its start. Measured over 12 steps on
+# MKL/oneDNN's AMX kernels with 1 and 2 threads and held to AVX2: at 1e-3 "yes" takes 0.85–1.0 of
+# the parsed answers over two steps in a row by step 5 to 11 (at 1e-4 it never passes 0.73). The
+# rounding-dependent trajectories differ step by step, so the test asks for a collapse to "yes"
+# under the rule set to 0.85 for 2 steps, not for one step. The val path is off: the warm start's
+# val answers are one word whose label the kernels decide, and a label the start already answers
+# is never flagged.
+FAST = dict(steps=12, group_size=4, prompts_per_step=8, max_new_tokens=8, checkpoint_every=4, preset="dr_grpo",
+            class_reward="yes=1/0,no=0.1/0", val_path=False, collapse_share=0.85, collapse_steps=2)
 
 
 def test_a_high_learning_rate_collapses_and_the_summary_says_so(warm_model, toy_data, rl_config, tmp_path):
     from labelrl.cli.train import print_rl_summary
     from labelrl.train.rl import run_rl
 
-    cfg = rl_config(warm_model, toy_data, tmp_path / "high", learning_rate=3e-3, **FAST)
+    cfg = rl_config(warm_model, toy_data, tmp_path / "high", learning_rate=1e-3, **FAST)
     summary = run_rl(cfg)
     flag = summary["collapse"]
-    assert flag is not None and (flag["label"], flag["series"]) == ("yes", "rollouts") and 2 <= flag["step"] <= 6
-    # the flag is the first of three steps in a row at ≥ 0.9 "yes", as the metrics file logged them
+    assert flag is not None and (flag["label"], flag["series"]) == ("yes", "rollouts") and 2 <= flag["step"] <= 11
+    # the flag is the first of two steps in a row at ≥ 0.85 "yes", as the metrics file logged them
     shares = {r[K.STEP]: r[f"{K.ANSWER_SHARE}/yes"] for r in read_jsonl(tmp_path / "high" / "metrics.jsonl")}
-    assert all(shares[flag["step"] + i] >= 0.9 for i in range(3)) and shares[flag["step"] - 1] < 0.9
+    assert all(shares[flag["step"] + i] >= 0.85 for i in range(2)) and shares[flag["step"] - 1] < 0.85
     assert json.loads((tmp_path / "high" / "rl_summary.json").read_text())["collapse"] == flag
     console = Console(record=True, width=200)
     print_rl_summary(summary, cfg, console)
