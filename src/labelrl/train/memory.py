@@ -31,7 +31,8 @@ themselves stay measured, not guessed.
 
 ``--gradient-checkpointing`` forces it on or off; unset, it is turned on when the predicted
 peak of the largest batch exceeds ``--memory-budget`` (GiB; default half the machine's
-memory, or of the GPU's).
+memory, or of the GPU's) and the checkpointed prediction is below both the budget and the
+plain one; when neither fits, the plan names the options that shrink the batch.
 """
 
 from __future__ import annotations

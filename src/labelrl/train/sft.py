@@ -263,7 +263,12 @@ def plan_sft_memory(run: SFTRun) -> MemoryPlan:
 
     worst = batch_layout(max(batches, key=slots), run.pad, cfg.pack)
     positions = worst.input_ids.shape[0] * len(kept_positions(worst.labels))
-    return plan_memory(run.model, run.dtype, tokens=worst.slots, logit_positions=positions,
+    tokens = worst.slots
+    # Without checkpointing one process runs a batch's shared prompt prefix once (sft_step):
+    # the plain pass's largest batch is then the largest of those layouts.
+    if run.accelerator.num_processes == 1 and prefix_supported(run.model):
+        tokens = max(batch_layout(b, run.pad, cfg.pack, share_prefix=True).slots for b in batches if b)
+    return plan_memory(run.model, run.dtype, tokens=tokens, tokens_checkpointed=worst.slots, logit_positions=positions,
                        requested=cfg.gradient_checkpointing, budget_gib=cfg.memory_budget)
 
 
