@@ -215,10 +215,10 @@ PREFIXED_LONGEST = max(map(len, PREFIXED)) + max(map(len, COMPLETIONS))
 def counted_prefix_passes(monkeypatch) -> list[int]:
     """The lengths of the shared prefixes ``completion_logprobs_shared`` runs (a spy), so a test
     knows the prefix route ran rather than the plain one."""
-    import labelrl.rollout.logprobs as logprobs_module
+    import labelrl.rollout.prefix as prefix_module
 
-    seen, real = [], logprobs_module.prefix_cache
-    monkeypatch.setattr(logprobs_module, "prefix_cache",
+    seen, real = [], prefix_module.prefix_cache
+    monkeypatch.setattr(prefix_module, "prefix_cache",
                         lambda model, prefix, *a, **k: seen.append(len(prefix)) or real(model, prefix, *a, **k))
     return seen
 

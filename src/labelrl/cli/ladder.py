@@ -59,14 +59,14 @@ def run_ladder_command(recipe_source, out: Path | None, *, fast: bool = False, s
 
 
 def phase_table(state: dict, report_seconds: float | None, wall_seconds: float) -> Table:
-    """Where this ladder's time went (labelrl.ladder.phases), the report and the whole run."""
-    from labelrl.ladder.phases import phase_times
+    """Where this ladder's time went (``phases``, which the ladder records: labelrl.ladder.phases),
+    the report and the whole run."""
     from labelrl.report.render import minutes
 
     table = Table(title="time per phase", title_justify="left")
     for column in ("task", "phase", "what", "time"):
         table.add_column(column, justify="right" if column == "time" else "left")
-    for row in phase_times(state):
+    for row in state["phases"]:
         table.add_row(row["task"], row["phase"], row["what"], minutes(row["seconds"]))
     if report_seconds is not None:
         table.add_row("", "report", "figures, HTML and Markdown", minutes(report_seconds))

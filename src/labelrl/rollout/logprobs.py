@@ -26,10 +26,8 @@ from typing import Sequence
 import torch
 
 from labelrl.models.precision import compute
-from labelrl.rollout.prefix import (
-    checkpointing, prefix_cache, prefix_supported, remainder_inputs, shared_prefix_length,
-)
-from labelrl.rollout.sampler import cache_kwarg, left_pad, model_device, new_cache
+from labelrl.rollout.prefix import cached_inputs, checkpointing, prefix_supported, shared_prefix_length
+from labelrl.rollout.sampler import left_pad, model_device
 
 
 def completion_logprobs(
@@ -109,13 +107,10 @@ def completion_logprobs_shared(
     width = targets.shape[1]
     if width == 0:
         return torch.zeros(targets.shape, dtype=torch.float32, device=targets.device), mask
+    # the prefix all B prompts share runs once, then each prompt's remainder
     shared = shared_prefix_length(prompt_ids) if share_prefix and prefix_supported(model) else 0
-    if shared:  # the prefix all B prompts share runs once, then each prompt's remainder
-        cache, cache_arg = prefix_cache(model, prompt_ids[0][:shared], len(prompt_ids), dtype, targets.device)
-        input_ids, prompt_mask, position_ids = remainder_inputs(prompt_ids, shared, pad_token_id, targets.device)
-    else:
-        input_ids, prompt_mask, position_ids = left_pad(prompt_ids, pad_token_id, targets.device)
-        cache, cache_arg = new_cache(model), cache_kwarg(model)
+    input_ids, prompt_mask, position_ids, cache, cache_arg = cached_inputs(model, prompt_ids, shared, pad_token_id,
+                                                                          dtype, targets.device)
     with compute(model, dtype):
         out = model(input_ids=input_ids, attention_mask=prompt_mask, position_ids=position_ids,
                     use_cache=True, logits_to_keep=1, **{cache_arg: cache})

@@ -23,6 +23,7 @@ from __future__ import annotations
 from typing import Sequence
 
 import torch
+from transformers import DynamicCache
 
 from labelrl.models.precision import compute
 from labelrl.rollout.sampler import cache_kwarg, inner_model, left_pad, new_cache
@@ -88,17 +89,24 @@ def remainder_inputs(seqs: Sequence[Sequence[int]], shared: int, pad: int, devic
     return ids, full, torch.where(mask.bool(), positions + shared, positions)
 
 
+def cached_inputs(model: torch.nn.Module, seqs: Sequence[Sequence[int]], shared: int, pad: int, dtype: torch.dtype,
+                  device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, DynamicCache, str]:
+    """Input ids, attention mask and position ids of a forward pass over ``seqs`` that fills a
+    KV cache, the cache and the forward argument that takes it: after their first ``shared``
+    tokens ran once (``prefix_cache``, ``remainder_inputs``), or, with ``shared`` 0, the whole
+    sequences left-padded into a fresh cache."""
+    if shared:
+        cache, arg = prefix_cache(model, seqs[0][:shared], len(seqs), dtype, device)
+        return *remainder_inputs(seqs, shared, pad, device), cache, arg
+    return *left_pad(seqs, pad, device), new_cache(model), cache_kwarg(model)
+
+
 def tail_logits(model: torch.nn.Module, seqs: Sequence[Sequence[int]], pad: int, dtype: torch.dtype, keep: int,
                 device) -> torch.Tensor:
     """Logits [B, keep, V] of the last ``keep`` positions of each sequence (left-padded
     together), with their shared prefix computed once when there is one worth sharing."""
     shared = shared_prefix_length(seqs, keep=keep) if prefix_supported(model) else 0
-    if shared:
-        cache, arg = prefix_cache(model, seqs[0][:shared], len(seqs), dtype, device)
-        ids, mask, positions = remainder_inputs(seqs, shared, pad, device)
-        extra = {arg: cache, "use_cache": True}
-    else:
-        ids, mask, positions = left_pad(seqs, pad, device)
-        extra = {}
+    ids, mask, positions, cache, arg = cached_inputs(model, seqs, shared, pad, dtype, device)
     with compute(model, dtype):
-        return model(input_ids=ids, attention_mask=mask, position_ids=positions, logits_to_keep=keep, **extra).logits
+        return model(input_ids=ids, attention_mask=mask, position_ids=positions, logits_to_keep=keep, use_cache=True,
+                     **{arg: cache}).logits

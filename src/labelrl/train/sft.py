@@ -249,6 +249,13 @@ def start_sft(cfg: SFTConfig, accelerator) -> SFTRun:
     return run
 
 
+def may_share_prefix(run: SFTRun) -> bool:
+    """Whether a batch may run its shared prompt prefix once (``prefix_layout``): one process
+    only (processes whose shares share different prefixes would make other forward calls) and a
+    model that attends over every earlier key (``labelrl.rollout.prefix.prefix_supported``)."""
+    return run.accelerator.num_processes == 1 and prefix_supported(run.model)
+
+
 def plan_sft_memory(run: SFTRun) -> MemoryPlan:
     """The memory plan for the run's largest batch (this process's share, in its layout): the
     most token positions of any step, found from the item lengths, then laid out once."""
@@ -264,9 +271,9 @@ def plan_sft_memory(run: SFTRun) -> MemoryPlan:
     worst = batch_layout(max(batches, key=slots), run.pad, cfg.pack)
     positions = worst.input_ids.shape[0] * len(kept_positions(worst.labels))
     tokens = worst.slots
-    # Without checkpointing one process runs a batch's shared prompt prefix once (sft_step):
-    # the plain pass's largest batch is then the largest of those layouts.
-    if run.accelerator.num_processes == 1 and prefix_supported(run.model):
+    # Without checkpointing a batch's shared prompt prefix may run once (sft_step): the plain
+    # pass's largest batch is then the largest of those layouts.
+    if may_share_prefix(run):
         tokens = max(batch_layout(b, run.pad, cfg.pack, share_prefix=True).slots for b in batches if b)
     return plan_memory(run.model, run.dtype, tokens=tokens, tokens_checkpointed=worst.slots, logit_positions=positions,
                        requested=cfg.gradient_checkpointing, budget_gib=cfg.memory_budget)
@@ -326,8 +333,7 @@ def sft_step(run: SFTRun, batch: list[SFTItem]) -> dict:
     """
     accelerator, started = run.accelerator, time.perf_counter()
     mine = batch[run.share]
-    # One process only: processes whose shares share different prefixes would make other forward calls.
-    share = accelerator.num_processes == 1 and not checkpointing(run.model) and prefix_supported(run.model)
+    share = may_share_prefix(run) and not checkpointing(run.model)  # checkpointed layers drop the cache
     layout = batch_layout(mine, run.pad, run.cfg.pack, share_prefix=share)
     loss = sft_loss(run.model, layout, run.pad, run.dtype)
     n = accelerator.num_processes
