@@ -159,3 +159,66 @@ def test_bf16_patches_reach_every_family(name, monkeypatch):
         with torch.autocast("cpu", dtype=torch.bfloat16):
             lora(input_ids=ids)
     assert outputs == [torch.float32, torch.bfloat16]  # the sum in fp32 under compute; plain autocast rounds it
+
+
+def lora_llama():
+    from peft import LoraConfig, get_peft_model
+
+    torch.manual_seed(0)
+    config = LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                         num_key_value_heads=2, vocab_size=300, max_position_embeddings=128)
+    model = get_peft_model(LlamaForCausalLM(config), LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0,
+                                                                target_modules="all-linear", task_type="CAUSAL_LM"))
+    for name, param in model.named_parameters():  # non-zero adapters, so their products count
+        if "lora_B" in name:
+            torch.nn.init.normal_(param, std=0.02)
+    return model.train()
+
+
+def test_frozen_weights_cast_once_gives_autocasts_logits_and_gradients_exactly():
+    # The kept copy is the rounding autocast makes anew at every call (fp32 → bf16, nearest even),
+    # so the forward and the backward are the same operations on the same bf16 numbers: equal bits.
+    ids = torch.randint(1, 300, (2, 12))
+    runs = []
+    for keep in (False, True):
+        model = lora_llama()
+        patch = P.frozen_weights_cast_once if keep else (lambda m, d: __import__("contextlib").nullcontext())
+        with P.autocast(torch.bfloat16), P.fp32_adapter_sum(model, torch.bfloat16), patch(model, torch.bfloat16):
+            logits = model(input_ids=ids).logits.float()
+        logits.square().mean().backward()
+        grads = [p.grad.clone() for p in model.parameters() if p.requires_grad]
+        runs.append((logits.detach(), grads))
+    assert torch.equal(runs[0][0], runs[1][0])
+    assert all(torch.equal(a, b) for a, b in zip(runs[0][1], runs[1][1]))
+
+
+def test_the_copy_is_kept_between_passes_and_made_again_when_the_weight_changes():
+    model = lora_llama()
+    ids = torch.randint(1, 300, (1, 8))
+    base = model.base_model.model.model.layers[0].mlp.up_proj.base_layer
+    assert P.cast_weights_to_keep(model, torch.bfloat16) > 0
+    with torch.no_grad(), P.compute(model, torch.bfloat16):
+        model(input_ids=ids)
+    first = P.kept_casts(model)
+    assert first and P.cast_weights_to_keep(model, torch.bfloat16) == 0
+    assert "forward" not in base.__dict__  # the patch is scoped to the block
+    with torch.no_grad(), P.compute(model, torch.bfloat16):
+        model(input_ids=ids)
+    assert all(a is b for a, b in zip(first, P.kept_casts(model)))  # reused, not cast again
+    with torch.no_grad():
+        base.weight.mul_(2.0)  # e.g. a checkpoint loaded into the weight
+    assert P.cast_weights_to_keep(model, torch.bfloat16) == base.weight.numel() * 2
+    with torch.no_grad(), P.compute(model, torch.bfloat16):
+        model(input_ids=ids)
+    kept = base.__dict__[P._CAST_KEY][1]
+    assert torch.equal(kept, base.weight.detach().to(torch.bfloat16))
+
+
+def test_fp32_and_trainable_weights_keep_no_copy():
+    model = lora_llama()
+    with torch.no_grad(), P.compute(model, torch.float32):
+        model(input_ids=torch.randint(1, 300, (1, 8)))
+    assert P.kept_casts(model) == []
+    for param in model.parameters():  # full fine-tuning: every weight trains
+        param.requires_grad = True
+    assert P.cast_weights_to_keep(model, torch.bfloat16) == 0

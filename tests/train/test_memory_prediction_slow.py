@@ -2,6 +2,7 @@
 (slow): the prediction is not below what the run used, nor far above it, and a budget under the
 plain pass's peak turns checkpointing on and keeps the run within it. On sms-spam's short messages,
 a workload the heap-growth factors were not measured on, the prediction still brackets the peak.
+RL's shared training pass, at 4 and 16 prompts per step, on sms-spam and vader-movies: the same.
 
 Each run is its own process: the peak resident memory of a pytest worker holds every earlier test.
 """
@@ -81,3 +82,40 @@ def test_the_preflight_holds_on_a_workload_it_was_not_fitted_on(tmp_path):
     plain = sft_in_a_process(tmp_path, "spam", "sms-spam", text_col=None, label_col=None, limit=400, batch_size=16,
                              gradient_checkpointing=False)
     assert plain["peak_mb"] <= plain["memory"]["predicted_peak_mb"] <= 1.5 * plain["peak_mb"], plain
+
+
+RUN_RL = """
+import json, sys
+from labelrl.fileio import read_jsonl
+from labelrl.train.config import RLConfig
+from labelrl.train.rl import run_rl
+options = json.loads(sys.argv[1])
+base = dict(model="smollm2-135m-instruct", lora=True, group_size=4, max_new_tokens=12, steps=2, checkpoint_every=2,
+            val_path=False, skip_uninformative=False, quiet=True, seed=0, limit=400)
+summary = run_rl(RLConfig(**{**base, **options}))
+peak = max(r["perf/peak_memory_mb"] for r in read_jsonl(options["out"] + "/metrics.jsonl"))
+print("RESULT " + json.dumps({"memory": summary["memory"], "peak_mb": peak}))
+"""
+
+
+def rl_in_a_process(tmp_path: Path, name: str, **options) -> dict:
+    options = {"out": str(tmp_path / name), **options}
+    done = subprocess.run([sys.executable, "-c", RUN_RL, json.dumps(options)], capture_output=True, text=True, timeout=1200)
+    assert done.returncode == 0, done.stderr[-3000:]
+    line = [ln for ln in done.stdout.splitlines() if ln.startswith("RESULT ")][-1]
+    return json.loads(line.removeprefix("RESULT "))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("data", ["sms-spam", "vader-movies"])
+@pytest.mark.parametrize("prompts", [4, 16])
+def test_the_rl_preflight_brackets_the_peak(tmp_path, data, prompts):
+    # Every group trains (no skipping), so each step's training pass is the largest the plan
+    # prices: B prompts × G = 4 completions of 12 tokens. The heap factor was measured on
+    # sms-spam; vader-movies' prompts (a rubric, a longer shared prefix) are the unfitted check.
+    run = rl_in_a_process(tmp_path, f"{data}-{prompts}", data=data, prompts_per_step=prompts)
+    memory = run["memory"]
+    assert run["peak_mb"] <= memory["predicted_peak_mb"] <= 1.5 * run["peak_mb"], run
+    # the shared pass forwards each prompt once; the checkpointed plain pass G times: dearer here
+    assert memory["predicted_peak_checkpointed_mb"] > memory["predicted_peak_mb"], run
+    assert memory["gradient_checkpointing"] is False, run

@@ -208,6 +208,85 @@ def fp32_adapter_sum(model: torch.nn.Module, dtype: torch.dtype) -> Iterator[Non
             handle.remove()
 
 
+_CAST_KEY = "_labelrl_low_precision_weight"
+
+
+def _frozen_linears(model: torch.nn.Module) -> list[torch.nn.Module]:
+    """Plain ``nn.Linear`` modules whose weight does not train (a LoRA model's base layers),
+    the output head excepted: it runs in fp32 (``fp32_output_head``)."""
+    import torch
+
+    inner = getattr(model, "module", model)
+    head = _output_head(model)
+    return [m for m in inner.modules() if type(m) is torch.nn.Linear and not m.weight.requires_grad and m is not head]
+
+
+def low_precision_weight(module: torch.nn.Module, dtype: torch.dtype) -> torch.Tensor:
+    """``module.weight`` in ``dtype``, cast once and kept on the module until the weight changes
+    (its storage or its version counter: an in-place write, a loaded checkpoint)."""
+    weight = module.weight
+    key = (weight.untyped_storage().data_ptr(), weight._version, dtype)
+    kept = module.__dict__.get(_CAST_KEY)
+    if kept is None or kept[0] != key:
+        kept = (key, weight.detach().to(dtype))
+        module.__dict__[_CAST_KEY] = kept
+    return kept[1]
+
+
+def cast_weights_to_keep(model: torch.nn.Module, dtype: torch.dtype) -> int:
+    """Bytes ``frozen_weights_cast_once`` will keep that it does not keep yet (0 for fp32)."""
+    import torch
+
+    if dtype == torch.float32:
+        return 0
+    size = torch.empty((), dtype=dtype).element_size()
+    total = 0
+    for module in _frozen_linears(model):
+        kept = module.__dict__.get(_CAST_KEY)
+        weight = module.weight
+        if kept is None or kept[0] != (weight.untyped_storage().data_ptr(), weight._version, dtype):
+            total += weight.numel() * size
+    return total
+
+
+def kept_casts(model: torch.nn.Module) -> list[torch.Tensor]:
+    """The low-precision weight copies ``frozen_weights_cast_once`` keeps on ``model``."""
+    return [m.__dict__[_CAST_KEY][1] for m in _frozen_linears(model) if _CAST_KEY in m.__dict__]
+
+
+@contextlib.contextmanager
+def frozen_weights_cast_once(model: torch.nn.Module, dtype: torch.dtype) -> Iterator[None]:
+    """Within the block, a frozen ``nn.Linear`` multiplies by a ``dtype`` copy of its weight kept
+    between passes (``low_precision_weight``) instead of the fp32 weight autocast casts anew.
+
+    torch's autocast caches the casts of trainable leaves only, so a LoRA model's frozen base
+    was cast at every forward call (the RL training pass makes three: prefix, prompts,
+    completions) and each call saved its own bf16 copy for backward: 3 × 212 MB for SmolLM2.
+    The copy is the same rounding autocast makes (round to nearest even), so every product is
+    unchanged. Layers whose weight trains, an output head already patched (``fp32_output_head``)
+    and fp32 are left alone."""
+    import torch
+    import torch.nn.functional as F
+
+    patched = []
+    if dtype != torch.float32:
+        for module in _frozen_linears(model):
+            if "forward" in module.__dict__:  # inside another such block
+                continue
+
+            def forward(x: torch.Tensor, module=module) -> torch.Tensor:
+                bias = None if module.bias is None else module.bias
+                return F.linear(x.to(dtype), low_precision_weight(module, dtype), bias)
+
+            module.forward = forward
+            patched.append(module)
+    try:
+        yield
+    finally:
+        for module in patched:
+            del module.forward
+
+
 @contextlib.contextmanager
 def recompute_patches(model: torch.nn.Module, dtype: torch.dtype) -> Iterator[None]:
     """``fp32_attention`` and ``fp32_adapter_sum`` without autocast: what activation
@@ -220,9 +299,10 @@ def recompute_patches(model: torch.nn.Module, dtype: torch.dtype) -> Iterator[No
 
 @contextlib.contextmanager
 def compute(model: torch.nn.Module, dtype: torch.dtype) -> Iterator[None]:
-    """``autocast`` on the model's device, ``fp32_output_head``, ``fp32_attention`` and
-    ``fp32_adapter_sum``: how every forward pass of a trainer, sampler or scorer runs at ``dtype``."""
+    """``autocast`` on the model's device, ``fp32_output_head``, ``fp32_attention``,
+    ``fp32_adapter_sum`` and ``frozen_weights_cast_once``: how every forward pass of a trainer,
+    sampler or scorer runs at ``dtype``."""
     device = next(getattr(model, "module", model).parameters()).device
     with (autocast(dtype, device), fp32_output_head(model, dtype), fp32_attention(device, dtype),
-          fp32_adapter_sum(model, dtype)):
+          fp32_adapter_sum(model, dtype), frozen_weights_cast_once(model, dtype)):
         yield

@@ -39,8 +39,11 @@ from __future__ import annotations
 
 import os
 from dataclasses import asdict, dataclass
+from typing import Callable
 
 import torch
+
+from labelrl.models.precision import cast_weights_to_keep, kept_casts
 
 GIB = 2**30
 DEFAULT_BUDGET_SHARE = 0.5
@@ -123,9 +126,9 @@ def peak_resident_bytes() -> int:
     return peak if sys.platform == "darwin" else peak * 1024
 
 
-def _saved_bytes(model, length: int, dtype: torch.dtype, device: torch.device) -> int:
-    from labelrl.models.precision import compute
-
+def saved_bytes_of(model, forward) -> int:
+    """Bytes of the storages ``forward()`` saves for backward (gradients on), parameters and the
+    weight copies kept between passes (``frozen_weights_cast_once``) excluded."""
     params = {p.untyped_storage().data_ptr() for p in model.parameters()}
     seen: dict[int, int] = {}
 
@@ -139,10 +142,24 @@ def _saved_bytes(model, length: int, dtype: torch.dtype, device: torch.device) -
         # graph, with every weight it saved, outlived the model.
         return tensor.detach()
 
-    ids = torch.arange(3, 3 + length, device=device)[None] % model.config.vocab_size
-    with torch.enable_grad(), torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), compute(model, dtype):
-        model(input_ids=ids, logits_to_keep=1)
+    with torch.enable_grad(), torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        forward()
+    # the weight copies a pass keeps between passes are held memory (plan_memory), not activations
+    for kept in kept_casts(model):
+        seen.pop(kept.untyped_storage().data_ptr(), None)
     return sum(seen.values())
+
+
+def _saved_bytes(model, length: int, dtype: torch.dtype, device: torch.device) -> int:
+    from labelrl.models.precision import compute
+
+    ids = torch.arange(3, 3 + length, device=device)[None] % model.config.vocab_size
+
+    def forward() -> None:
+        with compute(model, dtype):
+            model(input_ids=ids, logits_to_keep=1)
+
+    return saved_bytes_of(model, forward)
 
 
 def probe_activations(model, dtype: torch.dtype) -> ActivationCost:
@@ -184,24 +201,34 @@ def activation_growth_bytes(cost: ActivationCost, tokens: int, model, checkpoint
 
 def plan_memory(model, dtype: torch.dtype, *, tokens: int, tokens_checkpointed: int | None = None,
                 logit_positions: int, requested: bool | None, budget_gib: float | None,
-                held_bytes: int = 0, knobs: str = "--batch-size or --max-length") -> MemoryPlan:
+                held_bytes: int = 0, knobs: str = "--batch-size or --max-length",
+                pass_saved_bytes: Callable[[], float] | None = None, pass_heap_growth: float = 1.0) -> MemoryPlan:
     """Predict the peak of a batch of ``tokens`` positions (``tokens_checkpointed`` when the
     checkpointed pass forwards more, as RL's plain pass does) whose loss reads
     ``logit_positions`` logits, and decide on checkpointing (``requested`` wins when set).
     ``held_bytes``: what the run will hold through its training passes that it does not hold
-    yet (RL: the sampler's packed weights). Unforced, checkpointing is on only when the plain
+    yet (RL: the sampler's packed weights). ``pass_saved_bytes``: measures what the
+    uncheckpointed pass saves on its own shape (RL's shared pass, ``labelrl.train.memory_rl``,
+    its logits included once), grown on a CPU by ``pass_heap_growth``; else the plain probe's
+    line prices ``tokens``. Probes run after the process's memory is read: the heap they leave
+    behind is reused by the run, not added to it. Unforced, checkpointing is on only when the plain
     prediction is above the budget and the checkpointed one below both: RL's checkpointed pass
     forwards each prompt G times and can cost more. When neither fits, the plan names
     ``knobs``, the options that shrink the batch."""
     device = next(model.parameters()).device
     budget = memory_budget_bytes(budget_gib, device)
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
-    vocab = model.config.vocab_size
-    base = (current_bytes(device) + held_bytes + trainable * OPTIMIZER_BYTES_PER_TRAINABLE
-            + LOGIT_COPIES * logit_positions * vocab * 4)
+    logit_bytes = logit_positions * model.config.vocab_size * 4
+    base = (current_bytes(device) + held_bytes + cast_weights_to_keep(model, dtype)
+            + trainable * OPTIMIZER_BYTES_PER_TRAINABLE)
     cost = probe_activations(model, dtype)
-    plain = base + activation_growth_bytes(cost, tokens, model, False, device)
-    checkpointed = base + activation_growth_bytes(cost, tokens_checkpointed or tokens, model, True, device)
+    if pass_saved_bytes is None:
+        plain = base + LOGIT_COPIES * logit_bytes + activation_growth_bytes(cost, tokens, model, False, device)
+    else:  # the measured pass saved its logits once; their gradient and the softmax's workspace remain
+        growth = pass_heap_growth if device.type == "cpu" else 1.0
+        plain = base + (LOGIT_COPIES - 1) * logit_bytes + growth * pass_saved_bytes()
+    checkpointed = (base + LOGIT_COPIES * logit_bytes
+                    + activation_growth_bytes(cost, tokens_checkpointed or tokens, model, True, device))
     if requested is not None:
         use, reason = requested, "--gradient-checkpointing" if requested else "--no-gradient-checkpointing"
     elif budget is None:

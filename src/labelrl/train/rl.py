@@ -126,7 +126,7 @@ def start_run(cfg: RLConfig, accelerator=None) -> RLRun:
     train_prompts = fit_train_prompts(cfg, run_dir, data, tokenizer, model, main)
     preflight(model, train_prompts, cfg.max_new_tokens, run_dir, checkpoints=KEEP_LAST + 1)
     dtype = compute_dtype(cfg, accelerator)
-    memory = parts.plan_rl_memory(cfg, model, dtype, train_prompts, share)
+    memory = parts.plan_rl_memory(cfg, model, dtype, train_prompts, share, single=accelerator.num_processes == 1)
     set_checkpointing(model, memory.gradient_checkpointing, dtype)
     if main:
         report_memory_plan(memory, cfg.quiet)

@@ -19,10 +19,12 @@ from labelrl.rollout import BACKENDS
 from labelrl.rollout.fast_decode import unsupported_reason
 from labelrl.rollout.fused import kept_bytes
 from labelrl.rollout.logprobs import completion_logprobs_shared
+from labelrl.rollout.prefix import prefix_supported, shared_prefix_length
 from labelrl.rollout.sampler import pad_id
 from labelrl.train.collapse import answer_shares
 from labelrl.train.distributed import gather_objects
 from labelrl.train.memory import plan_memory
+from labelrl.train.memory_rl import HEAP_GROWTH_RL, PassShape, rl_pass_saved_bytes
 from labelrl.train.presets import resolve_preset
 from labelrl.train.setup import peak_memory_mb  # noqa: F401  (re-exported for the loop)
 from labelrl.types import LabelSpace
@@ -101,20 +103,27 @@ def sampling_options(cfg, tokenizer, dtype: torch.dtype = torch.float32) -> dict
                 pad_token_id=pad, temperature=cfg.temperature, top_p=cfg.top_p, top_k=cfg.top_k, dtype=dtype)
 
 
-def plan_rl_memory(cfg, model, dtype: torch.dtype, prompts: list[list[int]], share: slice):
+def plan_rl_memory(cfg, model, dtype: torch.dtype, prompts: list[list[int]], share: slice, single: bool = True):
     """The memory plan of the training pass at its largest: this process's share of the B
-    prompts, each the longest training prompt, with G completions of ``max_new_tokens``. The
-    shared pass forwards B·(P + G·T) positions; with checkpointing the plain pass runs
-    instead (transformers drops the cache inside checkpointed layers): B·G·(P + T). labelrl's
-    sampler keeps its packed base between steps when the base is frozen (LoRA), through every
-    training pass: counted. vLLM's engine is sized by its own option and not counted here."""
+    prompts, each the longest training prompt, sharing only the prefix every training prompt
+    shares (one process; several run without it), with G completions of ``max_new_tokens``.
+    What that pass saves is measured on its own shape (``labelrl.train.memory_rl``); with
+    checkpointing the plain pass runs instead (transformers drops the cache inside checkpointed
+    layers): B·G·(P + T) positions. labelrl's sampler keeps its packed base between steps when
+    the base is frozen (LoRA), through every training pass: counted. vLLM's engine is sized by
+    its own option and not counted here."""
     prompts_here = len(range(cfg.prompts_per_step)[share])
     longest, G, T = max(len(p) for p in prompts), cfg.group_size, cfg.max_new_tokens
+    shared = shared_prefix_length(prompts) if single and prefix_supported(model) else 0
+    shape = PassShape(prompts=prompts_here, group_size=G, shared=shared, remainder=longest - shared, new_tokens=T,
+                      share_prefix=single)
     held = kept_bytes(model, dtype) if cfg.backend == "labelrl" and unsupported_reason(model) is None else 0
-    return plan_memory(model, dtype, tokens=prompts_here * (longest + G * T),
+    return plan_memory(model, dtype, tokens=shared + prompts_here * (longest - shared + G * T),
                        tokens_checkpointed=prompts_here * G * (longest + T), logit_positions=prompts_here * G * T,
                        requested=cfg.gradient_checkpointing, budget_gib=cfg.memory_budget, held_bytes=held,
-                       knobs="--prompts-per-step, --group-size or --max-new-tokens")
+                       knobs="--prompts-per-step, --group-size or --max-new-tokens",
+                       pass_saved_bytes=lambda: rl_pass_saved_bytes(model, shape, dtype),
+                       pass_heap_growth=HEAP_GROWTH_RL)
 
 
 def step_seed(seed: int, step: int, round_index: int) -> int:

@@ -1,0 +1,84 @@
+"""What the RL training pass saves for backward, measured on its own shape.
+
+The shared pass (``labelrl.rollout.logprobs.completion_logprobs_shared``) is not a plain
+pass over B·(P + G·T) tokens, which the SFT probe's line would price:
+
+* the prefix every prompt shares runs once, each prompt's remainder once, each completion
+  once: ``S + B·R`` prompt positions and ``B·G·(T − 1)`` completion positions;
+* attention saves the keys and values it attended over, per row: the prompt's cache repeated
+  under each of its G completions, in the dtype and head layout the attention runs in (on CPU
+  fp32, grouped-query heads expanded: SmolLM2 saves 135 KB per key position per row);
+* each completion saves T logits (fp32, vocabulary wide);
+* under bf16 autocast, each of the pass's forward calls saves its own bf16 copy of the frozen
+  weights (autocast caches casts of trainable leaves only).
+
+How these add up depends on which attention kernel a shape gets, so they are not priced one
+by one: ``rl_pass_saved_bytes`` runs the real pass under ``saved_tensors_hooks`` at the run's
+own prefix, remainder, G and T, with 2 and 3 prompts, and extends the line to B prompts. Each
+prompt beyond the first two brings the same tensors (its remainder, its G rows, their keys and
+logits), so the line is exact in B (checked against the measured bytes at 4 and 16 prompts:
+``tests/train/test_memory_rl.py``).
+
+What the process's resident memory grows by at the peak is more than the tensors saved (the
+heap keeps holes): measured with SmolLM2-135M + LoRA r=16, bf16, G = 4, 12 new tokens, 2
+steps, every group trained, the peak (VmHWM) rose above the model, the sampler's packed base,
+the optimizer state and the logits' other copies by 1.17–1.56× the saved bytes (sms-spam and
+vader-movies at 4 and 16 prompts per step): ``HEAP_GROWTH_RL``, rounded up.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import torch
+
+# Resident growth per byte the RL pass saves (module doc).
+HEAP_GROWTH_RL = 1.6
+
+
+@dataclass(frozen=True)
+class PassShape:
+    """One training pass: B prompts whose first S tokens are the same and R more are each
+    prompt's own (padded to the longest), G completions each of T tokens; ``share_prefix``
+    False (several processes) runs every prompt whole."""
+    prompts: int
+    group_size: int
+    shared: int
+    remainder: int
+    new_tokens: int
+    share_prefix: bool = True
+
+
+def _probe_inputs(shape: PassShape, vocab: int) -> tuple[list[list[int]], list[list[int]]]:
+    """Prompts sharing ``shared`` tokens, then distinct remainders; distinct completions. Token
+    ids stay clear of 0 (the pad id the probe passes), so nothing is mistaken for padding."""
+    B, G, S, R, T = shape.prompts, shape.group_size, shape.shared, shape.remainder, shape.new_tokens
+    prefix = [1 + (7 * i) % (vocab - 1) for i in range(S)]
+    prompts = [prefix + [1 + (1000 + 97 * b + j) % (vocab - 1) for j in range(R)] for b in range(B)]
+    completions = [[1 + (500 + 13 * n + j) % (vocab - 1) for j in range(T)] for n in range(B * G)]
+    return prompts, completions
+
+
+def saved_by_pass(model, shape: PassShape, dtype: torch.dtype) -> int:
+    """Bytes the training pass of ``shape`` saves for backward (parameters excluded)."""
+    from labelrl.rollout.logprobs import completion_logprobs_shared
+    from labelrl.train.memory import saved_bytes_of
+
+    prompts, completions = _probe_inputs(shape, model.config.vocab_size)
+    was_training = model.training
+    model.train()
+    try:
+        return saved_bytes_of(model, lambda: completion_logprobs_shared(
+            model, prompts, completions, shape.group_size, pad_token_id=0, dtype=dtype,
+            share_prefix=shape.share_prefix))
+    finally:
+        model.train(was_training)
+
+
+def rl_pass_saved_bytes(model, shape: PassShape, dtype: torch.dtype) -> float:
+    """What the pass of ``shape`` saves: measured at 2 and 3 prompts and extended by the line
+    through them (module doc); measured whole below 3 prompts."""
+    if shape.prompts <= 2:
+        return float(saved_by_pass(model, shape, dtype))
+    two, three = (saved_by_pass(model, replace(shape, prompts=b), dtype) for b in (2, 3))
+    return two + (shape.prompts - 2) * (three - two)
