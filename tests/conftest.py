@@ -42,6 +42,16 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _module_shared_ledger(tmp_path_factory):
+    """A module's own shared holdout ledger while its module-scoped fixtures run (a ladder built
+    once for a file's tests): two files that train the same tiny model on the same toy data
+    make equal weights, and one file's look must not become a reading of the other's."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("LABELRL_LEDGER_DIR", str(tmp_path_factory.mktemp("module-ledgers")))
+        yield
+
+
 @pytest.fixture(autouse=True)
 def _own_shared_ledger(tmp_path_factory, monkeypatch):
     """Each test sees an empty shared holdout ledger, so a model evaluated in one test is never

@@ -41,6 +41,7 @@ PRINTED_BY: dict[str, tuple[str, ...]] = {
     "data/load.py": DATA,
     "data/prompts.py": DATA,
     "data/prepare.py": TRAIN,
+    "data/train_labels.py": TRAIN,
     "data/split.py": DATA,
     "data/length.py": ("sft", "rl", "eval"),
     # Only printed for the options that only `data show` has.
@@ -62,6 +63,7 @@ PRINTED_BY: dict[str, tuple[str, ...]] = {
     "cli/relabel.py": ("relabel",),
     "distill/compare.py": ("compare",),
     "distill/run.py": ("distill",),
+    "distill/constrained.py": ("distill",),
     "distill/teacher.py": ("distill",),
     "evaluate/io.py": ("eval", "sweep", "route", "compare"),
     "evaluate/io.py:_positive": ("sweep",),

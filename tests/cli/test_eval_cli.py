@@ -73,6 +73,25 @@ def test_eval_twice_on_holdout_refuses_then_records_a_marked_repeat(app, run_dir
     assert len(drops) == 1 and drops[0]["val_source"] == "ledger"
 
 
+
+def test_scores_then_generations_are_one_look_listed_as_one_row(app, run_dir, tmp_path):
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(run_dir, run, ignore=shutil.ignore_patterns("ledger.jsonl", "eval"))  # this test's own ledger
+    base = ["eval", str(run), "--split", "holdout", "--n-boot", "0"]
+    assert runner.invoke(app, base).exit_code == 0
+    second = runner.invoke(app, [*base, "--method", "generate", "--max-new-tokens", "4"])
+    assert second.exit_code == 0, second.output
+    assert "second reading of this model's holdout look" in second.stdout and "REPEAT" not in second.stdout
+    again = runner.invoke(app, [*base, "--method", "generate", "--max-new-tokens", "4"])
+    assert again.exit_code == 2 and "read by generate" in again.output  # each reading once
+    listing = runner.invoke(app, ["ledger", str(run), "--json", str(tmp_path / "ledger.json")])
+    assert listing.exit_code == 0, listing.output
+    assert "1 holdout looks" in listing.stdout and "scores + generate" in listing.stdout
+    listed = json.loads((tmp_path / "ledger.json").read_text())
+    assert len(listed["records"]) == 2 and [sorted(r["readings"]) for r in listed["rows"]] == [["generate", "scores"]]
+
 def test_eval_subprocess_smoke(run_dir, tmp_path):
     out = tmp_path / "val.parquet"
     env = dict(os.environ, HF_HUB_OFFLINE="1", COLUMNS="200")

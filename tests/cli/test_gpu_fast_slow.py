@@ -1,6 +1,7 @@
 """`labelrl ladder gpu --fast`: the GPU recipe's every arm type on tiny-qwen2 (the recipe model's
 architecture) on a CPU, its rollouts through the real vLLM engine (vLLM's CPU build) as on a GPU
-machine, with a local fake teacher endpoint, and every report section built from the files."""
+machine, its teacher and adjudicator the built-in SmolLM2 (no server, nothing set by hand), every
+arm of both tasks finished, and every report section built from the files."""
 
 from __future__ import annotations
 
@@ -8,20 +9,9 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
+import time
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from fake_openai_server import FakeOpenAIServer  # noqa: E402
-
-SPAMMY = ("free", "win", "prize", "call", "claim", "txt", "urgent", "cash", "£")
-
-
-def teacher(body: dict) -> str:
-    text = body["messages"][-1]["content"].lower()
-    spam = any(word in text for word in SPAMMY)
-    return f"<think>It {'offers money or prizes' if spam else 'reads like a personal message'}.</think><answer>{'spam' if spam else 'ham'}</answer>"
 
 
 @pytest.mark.slow
@@ -30,16 +20,27 @@ def test_gpu_recipe_fast_overlay_runs_every_arm_type(tmp_path):
 
     out = tmp_path / "gpu"
     env = {**os.environ, "OMP_NUM_THREADS": "1", "COLUMNS": "160"}
-    with FakeOpenAIServer(teacher) as server:
-        args = [sys.executable, "-m", "labelrl.cli.main", "ladder", "gpu", "--fast", "--out", str(out),
-                "--set", f"tasks.spam.arms.distill.teacher={server.url}"]
-        done = subprocess.run(args, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=3000)
+    args = [sys.executable, "-m", "labelrl.cli.main", "ladder", "gpu", "--fast", "--out", str(out)]
+    started = time.monotonic()
+    done = subprocess.run(args, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=3000)
+    print(f"labelrl ladder gpu --fast: {time.monotonic() - started:.0f} s", flush=True)
     assert done.returncode == 0, done.stderr[-3000:]
     state = json.loads((out / "ladder.json").read_text())
     spam = state["tasks"]["spam"]["arms"]
     assert {a["type"] for a in spam.values()} == {"relabel", "sft", "rl", "random_reward", "distill", "cot_sft", "cot_rl",
                                                   "control", "threshold"}
-    assert {n: a["status"] for n, a in spam.items() if a["status"] != "done"} == {}
+    # every arm of every task finished: none failed, skipped or collapsed
+    assert {f"{t}/{n}": a["status"] for t, task in state["tasks"].items() for n, a in task["arms"].items()
+            if a["status"] != "done"} == {}
+    # the distillation chain ran from the recipe's own local teacher, on traces it kept by rejection
+    survival = spam["distill"]["survival"]
+    assert spam["distill"]["config"]["trace_format"] == "constrained" and 0 < survival["n_survived"] <= survival["n_items"]
+    kept = [json.loads(line) for line in (out / "spam" / "distill" / "traces.jsonl").read_text().splitlines()]
+    assert sum(r["kept"] for r in kept) == survival["n_kept_traces"] and spam["cot_sft"]["config"]["mode"] == "reasoning"
+    assert (spam["cot_rl"]["config"]["truncation"], spam["cot_rl_mask"]["config"]["truncation"]) == ("zero", "mask")
+    assert spam["dapo"]["config"]["truncation"] == "soft_penalty"
+    relabel = spam["relabel"]["relabel"]
+    assert relabel["adjudicator"] == "local:smollm2-135m-instruct" and relabel["n_adjudicated"] == relabel["n_low_confidence"] > 0
     rl_arms = {n: a for task in state["tasks"].values() for n, a in task["arms"].items() if "backend" in a["config"]}
     assert len(rl_arms) >= 8 and {a["config"]["backend"] for a in rl_arms.values()} == {"vllm"}
     assert spam["sft"]["config"]["model"] == "tiny-qwen2"

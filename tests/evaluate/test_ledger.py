@@ -6,6 +6,9 @@ from labelrl.evaluate.ledger import (
     LEDGER_FILE,
     check_holdout,
     drop_table,
+    earlier_looks,
+    merge_readings,
+    plan_holdout,
     read_ledger,
     record_evaluation,
     summary_metrics,
@@ -65,3 +68,56 @@ def test_drop_table_uses_ledger_val_then_run_files(tmp_path):
 def test_summary_metrics_keeps_intervals():
     out = summary_metrics(METRICS)
     assert out["accuracy_ci"] == [0.7, 0.9] and out["n"] == 50 and "roc_auc" not in out
+
+
+def reading_record(tmp_path, method, ba, split="holdout", model="m1", look=None, repeat=False):
+    return record_evaluation(tmp_path, split=split, model_spec="run/model", model_fingerprint=model, split_fingerprint="s1",
+                             metrics=dict(METRICS, balanced_accuracy=ba), repeat=repeat, reading_of=look,
+                             extra={"method": method})
+
+
+def test_a_second_method_joins_the_look_and_reading_a_method_again_is_a_repeat(tmp_path):
+    look = reading_record(tmp_path, "scores", 0.75)
+    assert plan_holdout(tmp_path, "m1", "s1", method="generate") == (False, look)  # joins the look, not refused
+    reading = reading_record(tmp_path, "generate", 0.60, look=look)
+    assert reading["reading_of"] == {"time": look["time"], "splits_dir": look["splits_dir"], "model_spec": "run/model"}
+    assert earlier_looks(tmp_path, "m1", "s1") == [look]  # the reading is not a second look
+    assert earlier_looks(tmp_path, "m1", "s1", method="generate") == [reading]
+    for method in ("scores", "generate", None):  # each reading once; without a method, any look counts
+        with pytest.raises(ValueError, match="touched twice stops being a holdout"):
+            plan_holdout(tmp_path, "m1", "s1", method=method)
+    with pytest.raises(ValueError, match="read by generate"):
+        check_holdout(tmp_path, "m1", "s1", method="generate")
+    assert plan_holdout(tmp_path, "m1", "s1", method="generate", allow_repeat=True) == (True, None)
+    assert plan_holdout(tmp_path, "m2", "s1", method="generate") == (False, None)  # another model: a look of its own
+
+
+def test_a_reading_joins_the_first_look_not_a_repeat(tmp_path):
+    first = reading_record(tmp_path, "scores", 0.75)
+    reading_record(tmp_path, "scores", 0.74, repeat=True)
+    assert plan_holdout(tmp_path, "m1", "s1", method="generate")[1] == first
+
+
+def test_the_listing_shows_a_look_and_its_readings_as_one_row(tmp_path):
+    # val: scores 0.80, generate 0.70; holdout look: scores 0.75, its generate reading 0.60.
+    # drops: scores 0.80 − 0.75 = 0.05; generate 0.70 − 0.60 = 0.10
+    reading_record(tmp_path, "scores", 0.80, split="val")
+    reading_record(tmp_path, "generate", 0.70, split="val")
+    look = reading_record(tmp_path, "scores", 0.75)
+    reading_record(tmp_path, "generate", 0.60, look=look)
+    rows = merge_readings(read_ledger(tmp_path))
+    holdout = [r for r in rows if r["split"] == "holdout"]
+    assert len(rows) == 3 and len(holdout) == 1
+    assert {m: v["balanced_accuracy"] for m, v in holdout[0]["readings"].items()} == {"scores": 0.75, "generate": 0.60}
+    assert list(holdout[0]["readings"]) == ["scores", "generate"]  # the look's own reading first
+    [row] = drop_table(read_ledger(tmp_path))
+    assert row["method"] == "scores" and row["drop_balanced_accuracy"] == pytest.approx(0.05)
+    assert row["readings"]["generate"]["drop_balanced_accuracy"] == pytest.approx(0.10)
+    assert row["readings"]["generate"]["val_source"] == "ledger"
+
+
+def test_a_reading_whose_look_is_elsewhere_keeps_its_own_row(tmp_path):
+    elsewhere = {"time": "2020-01-01T00:00:00+00:00", "splits_dir": "/other", "model_spec": "other/model"}
+    reading_record(tmp_path, "generate", 0.60, look=elsewhere)
+    [row] = merge_readings(read_ledger(tmp_path))
+    assert row["readings"] == {"generate": row["metrics"]} and row["reading_of"] == elsewhere

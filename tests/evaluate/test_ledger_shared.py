@@ -67,3 +67,16 @@ def test_derived_records_are_never_looks(tmp_path):
     look(tmp_path, model="sft", derived=True)
     assert check_holdout(tmp_path, "sft", "splits-1", holdout_fp="hold-1") is False
     assert json.loads(shared_ledger_path("hold-1").read_text().splitlines()[0])["derived"] is True
+
+
+def test_a_reading_in_another_splits_directory_joins_the_look_made_in_the_first(tmp_path):
+    from labelrl.evaluate.ledger import plan_holdout
+
+    first, second = tmp_path / "a", tmp_path / "b"
+    original = look(first, extra={"method": "scores"})
+    repeat, joined = plan_holdout(second, "fp-model", "other-splits", holdout_fp="hold-1", method="generate")
+    assert not repeat and joined == original  # found through the holdout's shared ledger
+    look(second, extra={"method": "generate"}, reading_of=joined)
+    with pytest.raises(ValueError, match="read by generate"):  # and that reading is now taken for both directories
+        check_holdout(first, "fp-model", "splits-1", holdout_fp="hold-1", method="generate")
+    assert [r.get("reading_of", {}).get("splits_dir") for r in read_ledger(second)] == [str(first.resolve())]

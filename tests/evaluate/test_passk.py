@@ -51,3 +51,18 @@ def test_eval_pass_at_k_samples_a_warm_model_and_refuses_the_holdout(warm_model,
     assert "pass@2" in result.output
     refused = runner.invoke(app, ["eval", str(warm_model), "--split", "holdout", "--pass-at-k", "2"])
     assert refused.exit_code == 2 and "--split val" in refused.output
+
+
+def test_pass_at_k_refuses_a_holdout_setup_before_sampling(tmp_path, monkeypatch):
+    # the ladder calls pass_at_k_and_write directly (not through run_eval's option check): a holdout
+    # setup must be refused there too, since pass@k is never recorded in the ledger
+    from types import SimpleNamespace
+
+    from labelrl.evaluate import passk
+    from labelrl.evaluate.run import EvalConfig, pass_at_k_and_write
+
+    monkeypatch.setattr(passk, "sample_pass_at_k", lambda *a, **k: pytest.fail("sampled the holdout"))
+    setup = SimpleNamespace(data=SimpleNamespace(split="holdout"))
+    cfg = EvalConfig(run_or_model="m", split="holdout", pass_at_k=2, json_path=tmp_path / "p.json")
+    with pytest.raises(ValueError, match="run it on --split val"):
+        pass_at_k_and_write(setup, cfg)

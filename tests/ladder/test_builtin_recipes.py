@@ -40,3 +40,36 @@ def test_the_reasoning_recipe_runs_grpo_in_reasoning_mode_from_a_direct_sft_mode
     assert str(tmp_path / "spam" / "sft") in str(rl.model)  # trained from the SFT arm's model
     fast = arm_config(load_recipe("reasoning", fast=True), "spam", "think_384", tmp_path)
     assert (fast.mode, fast.max_new_tokens, fast.steps) == ("reasoning", 24, 2)
+
+
+def test_the_noise_recipe_seeds_its_flips_by_run_so_replicates_train_on_other_wrong_labels(tmp_path):
+    """noise.yaml sets label_noise_seed: run. With replicate seeds (here by --set), the task records
+    each seed's flips, each run trains on its seed's flips (an RL run on its SFT parent's), and
+    every run trains on the same items."""
+    import json
+    import shutil
+
+    from labelrl.data.prepare import prepare_data
+    from labelrl.ladder.run import prepare_task
+
+    recipe = load_recipe("noise", fast=True, sets=["tasks.e20.seeds=[0,1]", "tasks.e20.audit=false"])
+    assert {t.label_noise_seed for t in recipe.tasks.values()} == {"run"}
+    task_dir = tmp_path / "e20"
+    state = prepare_task(recipe.tasks["e20"], task_dir, recipe.seed, run_seeds=[0, 1])
+    assert state["label_noise_seed"] == "run"
+    by_seed = json.loads((task_dir / "label_noise.json").read_text())["by_seed"]
+    samples = json.loads((task_dir / "samples.json").read_text())["train"]["ids"]
+    flipped, items = {}, {}
+    for run in ("sft@s0", "sft@s1", "grpo@s0"):
+        cfg = arm_config(recipe, "e20", run, tmp_path)
+        assert cfg.label_noise_seed == "run" and cfg.label_noise == 0.2
+        cfg.out.mkdir(parents=True)
+        shutil.copyfile(task_dir / "splits.json", cfg.out / "splits.json")  # as the ladder does
+        data = prepare_data(cfg, cfg.out, write=False)
+        original = {ex.id: ex.label for ex in data.dataset.examples}
+        flipped[run] = {ex.id for ex in data.train if ex.label != original[ex.id]}
+        items[run] = [ex.id for ex in data.train]
+        assert flipped[run] == {f["id"] for f in by_seed[str(cfg.seed)]["flips"]}
+    assert items["sft@s0"] == items["sft@s1"] == items["grpo@s0"] == samples
+    assert flipped["sft@s0"] != flipped["sft@s1"] and flipped["sft@s0"] == flipped["grpo@s0"]
+    assert all(flipped.values())

@@ -19,6 +19,7 @@ from rich.console import Console
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from fake_openai_server import FakeOpenAIServer  # noqa: E402
 
+from labelrl.evaluate.ledger import merge_readings  # noqa: E402
 from labelrl.fileio import read_jsonl  # noqa: E402
 from labelrl.ladder import Ladder, load_recipe, read_state  # noqa: E402
 
@@ -117,16 +118,24 @@ def test_arms_share_one_split_and_each_model_looks_at_the_holdout_once(ladder_ru
     for name in trained:
         assert (task_dir / name / "splits.json").read_text() == shared
         assert (task_dir / "eval" / f"{name}-val.parquet").is_file() and (task_dir / "eval" / f"{name}-holdout.json").is_file()
-    holdout = [r for r in read_jsonl(task_dir / "ledger.jsonl") if r["split"] == "holdout" and not r["derived"]]
+    records = read_jsonl(task_dir / "ledger.jsonl")
+    holdout = [r for r in records if r["split"] == "holdout" and not r["derived"]]
     assert not any(r["repeat"] for r in holdout)
-    # one look per distinct model and decision procedure (label-token scores; a direct RL arm's generations)
+    # one look per distinct model: a direct RL arm's generations are a reading of its look, each reading taken once
+    looks = [r for r in holdout if not r.get("reading_of")]
+    assert len({r["model_fingerprint"] for r in looks}) == len(looks)
     assert len({(r["model_fingerprint"], r["method"]) for r in holdout}) == len(holdout)
-    scores = [r for r in holdout if r["method"] == "scores" or "cot" in r["model_spec"]]
     shared_with = {n: a.get("holdout_same_model_as") for n, a in state["tasks"]["toy"]["arms"].items() if a.get("holdout_same_model_as")}
-    assert len(scores) + len(shared_with) == len(trained)
+    assert len(looks) + len(shared_with) == len(trained)
     generated = [n for n, a in state["tasks"]["toy"]["arms"].items() if a.get("holdout_generate")]
     assert set(generated) == {n for n, a in state["tasks"]["toy"]["arms"].items()
                               if a["status"] == "done" and a["type"] in ("rl", "random_reward")}
+    # the listing: one row per look, a direct RL arm's with both readings (its scores and its generations)
+    rows = {r["model_fingerprint"]: r for r in merge_readings(records) if r["split"] == "holdout" and not r["derived"]}
+    assert len(rows) == len(looks)
+    for name in generated:
+        fingerprint = json.loads((task_dir / "eval" / f"{name}-holdout-generate.json").read_text())["info"]["model_fingerprint"]
+        assert set(rows[fingerprint]["readings"]) == {"scores", "generate"}, name
 
 
 def test_analyses_are_built_from_the_evaluation_files(ladder_run):
@@ -135,7 +144,9 @@ def test_analyses_are_built_from_the_evaluation_files(ladder_run):
     sweep = json.loads(Path(analysis["sweep"]["file"]).read_text())
     answering = ["grpo", "corpo", "noise", "cot", "cot_rl", "control"]  # RL, CoT-SFT and control arms
     # every arm's val operating point on the SFT ROC, and each SFT → arm cascade's (routed) one
-    assert sweep["arms"] == {"base": "sft", "compared": answering + [f"route → {n}" for n in answering]}
+    # and the greedy generations' point of each direct RL arm (labelrl.ladder.generation_point)
+    generated = [f"{n} (greedy generation)" for n in ("grpo", "corpo")]
+    assert sweep["arms"] == {"base": "sft", "compared": answering + [f"route → {n}" for n in answering] + generated}
     assert set(analysis["route"]["files"]) == set(answering)
     for name in ("grpo", "cot", "route → cot_rl"):
         assert name in analysis["sweep"]["verdicts"]

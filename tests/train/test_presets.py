@@ -106,3 +106,37 @@ def test_presets_module_does_not_import_torch():
     code = "import sys, labelrl.train.presets; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_dapo_ships_with_the_soft_overlong_penalty_and_the_others_score_truncation_zero():
+    """DAPO's preset names Eq. 13's soft overlong punishment as its truncation policy; an RL
+    config without --truncation takes its preset's, with L_cache a fifth of the cap (DAPO's
+    4,096 of 20,480); an explicit --truncation or --overlong-cache wins."""
+    from labelrl.train.config import RLConfig
+
+    assert PRESETS["dapo"].truncation == "soft_penalty"
+    assert {n: p.truncation for n, p in PRESETS.items() if n != "dapo"} == dict.fromkeys(set(PRESETS) - {"dapo"}, "zero")
+    base = dict(data="sms-spam", out="run")
+    dapo = RLConfig(**base, preset="dapo", max_new_tokens=1024)
+    assert (dapo.truncation, dapo.overlong_cache) == ("soft_penalty", 204)  # 1024 // 5
+    assert RLConfig(**base, preset="dapo", max_new_tokens=4).overlong_cache == 1  # never below one token
+    assert RLConfig(**base, preset="grpo").truncation == "zero"
+    assert RLConfig(**base, preset="dapo", truncation="mask").truncation == "mask"
+    assert RLConfig(**base, preset="dapo", overlong_cache=8).overlong_cache == 8
+    assert resolve_preset("dapo", truncation="zero").truncation == "zero"
+
+
+def test_a_dapo_run_adds_the_soft_penalty_to_its_rewards():
+    """What the trainer builds from a dapo config: a reward that subtracts R_length near the cap.
+    Cap 10, cache 10 // 5 = 2: a correct answer of 9 tokens earns 1 + (8 − 9) / 2 = 0.5, of 8
+    tokens 1.0 (free up to L_max − L_cache = 8)."""
+    from labelrl.rewards.reward_fn import score_completions
+    from labelrl.train.config import RLConfig
+    from labelrl.train.rl_parts import resolve_algorithm
+    from labelrl.types import LabelSpace
+
+    cfg = RLConfig(data="sms-spam", out="run", preset="dapo", max_new_tokens=10)
+    algo = resolve_algorithm(cfg, LabelSpace(("ham", "spam"), kind="binary", positive="spam"))
+    assert (algo.reward.truncation, algo.reward.cache_tokens) == ("soft_penalty", 2)
+    out = score_completions(["<answer>spam</answer>"] * 2, ["spam"] * 2, lengths=[9, 8], config=algo.reward)
+    assert [float(r) for r in out.rewards] == [0.5, 1.0]

@@ -106,6 +106,7 @@ def register(app: typer.Typer) -> None:
         split_ratios: str = _opt("split_ratios", "--split-ratios", d["split_ratios"]),
         max_new_tokens: int = _opt("max_new_tokens", "--max-new-tokens", d["max_new_tokens"]),
         temperature: float = _opt("temperature", "--temperature", d["temperature"]), seed: int = _opt("seed", "--seed", d["seed"]),
+        trace_format: str = _opt("trace_format", "--trace-format", d["trace_format"]),
         difficulty: Optional[Path] = _opt("difficulty", "--difficulty"),
         concurrency: int = _opt("concurrency", "--concurrency", d["concurrency"]),
         timeout: float = _opt("timeout", "--timeout", d["timeout"]), retries: int = _opt("retries", "--retries", d["retries"]),

@@ -67,6 +67,9 @@ def print_evaluation(report: dict, split: str, console: Console) -> None:
                       "this number is not an unbiased estimate and is marked as a repeat in the ledger.")
     written = [files["predictions"]] + [files[k] for k in ("reliability_png", "json") if files.get(k)]
     recorded = f"recorded in {files['ledger']}" if report.get("ledger") else "not recorded (train split: no look at anything held out)"
+    look = (report.get("ledger") or {}).get("reading_of")
+    if look:
+        recorded += f" as a second reading of this model's holdout look of {look['time']}, not a new look"
     console.print(f"wrote {', '.join(written)}; {recorded}")
 
 
@@ -199,8 +202,50 @@ def _fmt(value) -> str:
     return "—" if value is None else f"{value:.3f}"
 
 
+def _per_reading(readings: dict, name: str) -> str:
+    """One figure per reading of a look, in the order of its method column (``0.812 / 0.790``)."""
+    return " / ".join(_fmt(m.get(name)) for m in readings.values())
+
+
+def _record_mark(row: dict) -> str:
+    marks = ["[bold yellow]REPEAT[/]"] if row.get("repeat") else []
+    if row.get("derived"):
+        marks.append("derived")
+    if row.get("reading_of"):  # its look is in another splits directory's ledger
+        marks.append(f"reading of the look of {row['reading_of'].get('time')}")
+    return ", ".join(marks)
+
+
+def _records_table(rows: list[dict], n_records: int) -> Table:
+    """One row per evaluation, a holdout look with all its readings in one row."""
+    looks = sum(1 for r in rows if r.get("readings") and not r.get("reading_of"))
+    table = Table(title=f"Ledger: {n_records} records, {looks} holdout looks (a look's readings in one row)",
+                  title_justify="left")
+    for name in ("time", "split", "model", "fingerprint", "n", "method", "accuracy", "balanced accuracy", ""):
+        table.add_column(name)
+    for r in rows:
+        readings = r.get("readings") or {r.get("method") or "scores": r["metrics"]}
+        table.add_row(r["time"], r["split"], r["model_spec"], r["model_fingerprint"][:12], str(r["metrics"].get("n", "")),
+                      " + ".join(readings), _per_reading(readings, "accuracy"), _per_reading(readings, "balanced_accuracy"),
+                      _record_mark(r))
+    return table
+
+
+def _drops_table(drops: list[dict]) -> Table:
+    table = Table(title="Val → holdout (largest balanced-accuracy drop first; a look's readings in one row)",
+                  title_justify="left")
+    for name in ("model", "method", "val from", "val BA", "holdout BA", "drop BA", "val acc", "holdout acc", "drop acc"):
+        table.add_column(name)
+    for r in drops:
+        readings = r["readings"]
+        table.add_row(r["model_spec"], " + ".join(readings), " / ".join(x["val_source"] for x in readings.values()),
+                      *(_per_reading(readings, f"{what}_{name}") for name in ("balanced_accuracy", "accuracy")
+                        for what in ("val", "holdout", "drop")))
+    return table
+
+
 def run_ledger(dirs: list[Path], json_path: Path | None, console: Console) -> dict:
-    from labelrl.evaluate.ledger import drop_table, ledger_path, read_ledger
+    from labelrl.evaluate.ledger import drop_table, ledger_path, merge_readings, read_ledger
     from labelrl.fileio import atomic_write_json
 
     records = []
@@ -208,24 +253,12 @@ def run_ledger(dirs: list[Path], json_path: Path | None, console: Console) -> di
         if not ledger_path(d).is_file():
             raise ValueError(f"{ledger_path(d)}: no ledger; `labelrl eval` writes one beside splits.json")
         records += [dict(r, ledger=str(ledger_path(d))) for r in read_ledger(d)]
-    table = Table(title=f"Ledger: {len(records)} evaluations", title_justify="left")
-    for name in ("time", "split", "model", "fingerprint", "n", "accuracy", "balanced accuracy", ""):
-        table.add_column(name)
-    for r in records:
-        m = r["metrics"]
-        table.add_row(r["time"], r["split"], r["model_spec"], r["model_fingerprint"][:12], str(m.get("n", "")),
-                      _fmt(m.get("accuracy")), _fmt(m.get("balanced_accuracy")), "[bold yellow]REPEAT[/]" if r.get("repeat") else "")
-    console.print(table)
+    rows = merge_readings(records)
+    console.print(_records_table(rows, len(records)))
     drops = drop_table(records)
     if drops:
-        drop = Table(title="Val → holdout (largest balanced-accuracy drop first)", title_justify="left")
-        for name in ("model", "val from", "val BA", "holdout BA", "drop BA", "val acc", "holdout acc", "drop acc"):
-            drop.add_column(name)
-        for r in drops:
-            drop.add_row(r["model_spec"], r["val_source"], _fmt(r["val_balanced_accuracy"]), _fmt(r["holdout_balanced_accuracy"]),
-                         _fmt(r["drop_balanced_accuracy"]), _fmt(r["val_accuracy"]), _fmt(r["holdout_accuracy"]), _fmt(r["drop_accuracy"]))
-        console.print(drop)
-    result = {"records": records, "drops": drops}
+        console.print(_drops_table(drops))
+    result = {"records": records, "rows": rows, "drops": drops}
     if json_path is not None:
         atomic_write_json(json_path, result)
     return result
@@ -298,7 +331,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         _guard(run_route, a, b, audit, steps, json_path, plot)
 
-    @app.command("ledger", help="List the evaluations recorded beside the splits (repeats marked) and the val → holdout drop per model.")
+    @app.command("ledger", help="List the evaluations recorded beside the splits (repeats and derived records marked; a holdout look with all its readings in one row) and the val → holdout drop per model.")
     def ledger_command(
         dirs: list[Path] = typer.Argument(..., help="Run (or splits) directories whose ledger.jsonl to read.", metavar="RUN_DIR...", show_default=False),
         json_path: Optional[Path] = typer.Option(None, "--json", help="Write the records and the drop table to this JSON file.", show_default=False),

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 ENCODING_HELP = ("CSV and JSONL files: the text encoding, any Python codec name (e.g. cp1252, latin-1, utf-16); "
                  "a UTF-8 byte-order mark is dropped.")
@@ -43,7 +43,9 @@ class DataOptions(BaseModel):
     limit: Optional[int] = Field(None, ge=1, description="Train on a random sample of N training items, stratified by label (seeded by --split-seed, so every run of the splits gets the same items); the ids are saved in RUN_DIR/samples/train.json.")
     split_seed: int = Field(0, description="Seed of the group-aware train/val/holdout split (shared by every run in a run directory) and of the samples drawn from it.")
     split_ratios: str = Field("0.8,0.1,0.1", description="Shares of train, val and holdout, comma-separated, summing to 1 (e.g. 0.7,0.1,0.2 for a larger holdout); part of the splits' fingerprint.")
-    label_noise: float = Field(0.0, ge=0, lt=1, description="Control: flip this share of the training labels (seeded by --split-seed, each to another label chosen uniformly); val and holdout keep their labels. The flips are saved in RUN_DIR/label_noise.json.")
+    label_noise: float = Field(0.0, ge=0, lt=1, description="Control: flip this share of the training labels (seeded as --label-noise-seed says, each to another label chosen uniformly); val and holdout keep their labels. The flips are saved in RUN_DIR/label_noise.json.")
+    label_noise_seed: Literal["split", "run"] = Field("split", description="What seeds the flips of --label-noise: 'split' (the split seed: the whole train split is flipped, then the sample drawn, so every run of the splits trains on the same wrong labels) or 'run' (the sample is drawn on the true labels, then its labels are flipped with this run's --seed, so runs with other seeds train on other wrong labels).")
+    train_labels: Optional[Path] = Field(None, description="JSON file whose labels replace the training sample's: id → label, or a relabel arm's answer_key.json. The sample's items stay the same (drawn on the data's own labels); an item the file has no label for keeps its own. Val and holdout keep their labels. What was trained on is saved in RUN_DIR/train_labels.json. The ladder sets it from an arm's `labels_from`.")
     delimiter: Optional[str] = Field(None, description="CSV files only: the delimiter (',', ';', tab or pipe); sniffed from the header when omitted.")
     encoding: str = Field("utf-8", description=ENCODING_HELP)
     on_long_item: Literal["truncate", "skip", "error"] = Field("truncate", description="An item whose prompt does not fit (sft: --max-length with its answer; rl: the model's context minus --max-new-tokens; eval: the context minus the answer): cut its text to fit, leave it out, or stop. The count and ids are printed before training and saved in the run directory.")
@@ -64,6 +66,13 @@ class DataOptions(BaseModel):
     def _check_ratios(cls, value: str) -> str:
         parse_ratios(value)
         return value
+
+    @model_validator(mode="after")
+    def _one_label_source(self) -> "DataOptions":
+        if self.train_labels is not None and self.label_noise > 0:
+            raise ValueError(f"train_labels={self.train_labels} with label_noise={self.label_noise}: flipping labels that "
+                             "another answer key replaces mixes two controls; drop one of them")
+        return self
 
     def label_list(self) -> list[str] | None:
         return [x.strip() for x in self.labels.split(",")] if self.labels else None

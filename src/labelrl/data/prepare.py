@@ -6,6 +6,7 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Sequence
 
 from labelrl.data.load import load_dataset, write_skipped_rows
 from labelrl.data.options import DataOptions
@@ -16,6 +17,7 @@ from labelrl.data.prompts import (
 )
 from labelrl.data.sample import flip_labels, sample_examples, sample_record
 from labelrl.data.split import load_or_make_splits, select
+from labelrl.data.train_labels import TRAIN_LABELS_FILE, read_label_key, replace_labels
 from labelrl.fileio import atomic_write_json
 from labelrl.types import Dataset, Example
 
@@ -26,7 +28,7 @@ SAMPLES_DIR = "samples"
 @dataclass
 class RunData:
     dataset: Dataset
-    train: list[Example]  # the training sample (labels flipped when label_noise > 0)
+    train: list[Example]  # the training sample (labels flipped when label_noise > 0, or from train_labels)
     val: list[Example]
     rubric: str | None
     split_seed: int = 0  # seeds the samples drawn from the splits (e.g. the val sample of --eval-limit)
@@ -42,11 +44,13 @@ def load_checked_dataset(cfg: DataOptions) -> Dataset:
 
 
 def prepare_data(cfg: DataOptions, run_dir: Path, *, write: bool = True) -> RunData:
-    """Load and validate the data, reuse (or make) the run directory's shared splits, flip the
-    training labels ``cfg.label_noise`` asks for, and draw the training sample ``cfg.limit``
-    asks for (``labelrl.data.sample``). ``write=False`` (a process other than the main one)
-    leaves the files (skipped rows, flips, sample ids) to the main process; splits are read,
-    and made only when missing, so the main process goes first."""
+    """Load and validate the data, reuse (or make) the run directory's shared splits, draw the
+    training sample ``cfg.limit`` asks for (``labelrl.data.sample``) with the label noise
+    ``cfg.label_noise`` asks for (``draw_training_sample``), and take its labels from
+    ``cfg.train_labels`` when given (``labelrl.data.train_labels``). ``write=False`` (a process
+    other than the main one) leaves the files (skipped rows, flips, sample ids, training labels)
+    to the main process; splits are read, and made only when missing, so the main process goes
+    first. ``label_noise_seed: run`` flips with ``cfg.seed``, the seed of a training command."""
     dataset = load_checked_dataset(cfg)
     if dataset.skipped_rows and write:  # --on-bad-row skip: said and saved, never silent
         saved = write_skipped_rows(dataset, run_dir / "skipped_rows.jsonl")
@@ -55,19 +59,56 @@ def prepare_data(cfg: DataOptions, run_dir: Path, *, write: bool = True) -> RunD
     train = select(dataset, splits, "train")
     if not train:
         raise ValueError(f"--data {cfg.data}: the train split is empty; use more data or other --split-ratios")
-    if cfg.label_noise > 0:
-        train, flips = flip_labels(train, dataset.labels.labels, cfg.label_noise, splits.seed)
-        if write:
-            atomic_write_json(run_dir / LABEL_NOISE_FILE, noise_record(cfg.label_noise, splits.seed, len(train), flips))
-    sample = sample_examples(train, cfg.limit, splits.seed)
+    drawn = draw_training_sample(train, dataset.labels.labels, limit=cfg.limit, split_seed=splits.seed,
+                                 rate=cfg.label_noise, noise_seed=cfg.label_noise_seed, run_seed=getattr(cfg, "seed", None))
+    sample = drawn.examples
+    if write and drawn.noise is not None:
+        atomic_write_json(run_dir / LABEL_NOISE_FILE, drawn.noise)
     if write and cfg.limit is not None:
-        atomic_write_json(run_dir / SAMPLES_DIR / "train.json", sample_record("train", sample, train, seed=splits.seed, limit=cfg.limit))
+        atomic_write_json(run_dir / SAMPLES_DIR / "train.json", drawn.record)
+    if cfg.train_labels is not None:
+        sample, relabelled = replace_labels(sample, read_label_key(cfg.train_labels), dataset.labels, str(cfg.train_labels))
+        if write:
+            atomic_write_json(run_dir / TRAIN_LABELS_FILE, relabelled)
     rubric = None
     if cfg.rubric is not None:
         if not Path(cfg.rubric).is_file():
             raise ValueError(f"--rubric {cfg.rubric}: no such file; give the path of the rubric markdown")
         rubric = Path(cfg.rubric).read_text(encoding="utf-8")
     return RunData(dataset=dataset, train=sample, val=select(dataset, splits, "val"), rubric=rubric, split_seed=splits.seed)
+
+
+@dataclass
+class TrainingSample:
+    examples: list[Example]  # what the run trains on (labels flipped when there is label noise)
+    record: dict  # sample_record of the items drawn: ids, label counts as drawn next to the split's
+    noise: dict | None  # noise_record (LABEL_NOISE_FILE), None without label noise
+
+
+def draw_training_sample(train: list[Example], labels: Sequence[str], *, limit: int | None, split_seed: int,
+                         rate: float, noise_seed: str = "split", run_seed: int | None = None) -> TrainingSample:
+    """The training sample of a run, with a share ``rate`` of its labels flipped.
+
+    ``noise_seed="split"``: the whole train split is flipped with the split seed, then the sample
+    is drawn (stratified by the flipped labels): every run of the splits, whatever its seed,
+    trains on the same wrong labels. ``"run"``: the sample is drawn on the true labels (the same
+    items for every run), then its labels are flipped with ``run_seed``, so replicate runs
+    (other seeds) train on other wrong labels: the control for "the same wrong signal on every
+    visit" versus noise that changes from run to run."""
+    if rate > 0 and noise_seed == "split":
+        pool, flips = flip_labels(train, labels, rate, split_seed)
+        sample = sample_examples(pool, limit, split_seed)
+        return TrainingSample(sample, sample_record("train", sample, pool, seed=split_seed, limit=limit),
+                              noise_record(rate, split_seed, len(pool), flips, noise_seed))
+    sample = sample_examples(train, limit, split_seed)
+    record = sample_record("train", sample, train, seed=split_seed, limit=limit)
+    if rate == 0:
+        return TrainingSample(sample, record, None)
+    if run_seed is None:
+        raise ValueError("label_noise_seed=run: the flips are seeded by the run's seed, and this command has none; "
+                         "use label_noise_seed=split")
+    flipped, flips = flip_labels(sample, labels, rate, run_seed)
+    return TrainingSample(flipped, record, noise_record(rate, run_seed, len(sample), flips, noise_seed))
 
 
 def val_sample(data: RunData, limit: int | None) -> list[Example]:
@@ -79,9 +120,10 @@ def val_sample(data: RunData, limit: int | None) -> list[Example]:
     return sample_examples(data.val, limit, data.split_seed)
 
 
-def noise_record(rate: float, seed: int, n_train: int, flips: list[dict]) -> dict:
-    """``label_noise.json``: the rate asked for, the share flipped and every flip."""
-    return {"label_noise": rate, "seed": seed, "n_train": n_train, "n_flipped": len(flips),
+def noise_record(rate: float, seed: int, n_train: int, flips: list[dict], noise_seed: str = "split") -> dict:
+    """``label_noise.json``: the rate asked for, what seeded the flips (the split's or the run's
+    ``seed``), the share flipped among the ``n_train`` items drawn from, and every flip."""
+    return {"label_noise": rate, "label_noise_seed": noise_seed, "seed": seed, "n_train": n_train, "n_flipped": len(flips),
             "flipped_share": len(flips) / n_train if n_train else 0.0, "flips": flips}
 
 

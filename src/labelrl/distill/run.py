@@ -33,6 +33,7 @@ class DistillConfig(BaseModel):
     split_ratios: str = Field("0.8,0.1,0.1", description="With --run-dir: shares of train, val and holdout (as --split-ratios of sft).")
     max_new_tokens: int = Field(512, ge=1, description="Token cap of each teacher reply.")
     temperature: float = Field(0.7, ge=0, description="Teacher sampling temperature (0: greedy, so every attempt of a local teacher is the same).")
+    trace_format: Literal["free", "constrained"] = Field("free", description="free: the teacher writes the <think>…</think><answer>…</answer> format itself and a reply that does not parse is rejected. constrained (a local teacher only, for small models that ignore the format): the reply is opened with <think>, the teacher's reasoning runs until it starts a tag or reaches the token cap, and the answer is drawn from its own label probabilities after that reasoning; every reply parses, so only agreement with the label decides.")
     seed: int = Field(0, description="Seed of the first attempt.")
     difficulty: Optional[Path] = Field(None, description="Predictions file (with scores) of the direct SFT model on these items: survival is also reported by its confidence band.")
     concurrency: int = Field(4, ge=1, description="Endpoint requests in flight at once (a local teacher runs one at a time).")
@@ -106,16 +107,51 @@ def run_distill_config(cfg: DistillConfig) -> dict:
                              "direct model (`labelrl eval` of a direct SFT run)")
     spec = cfg.teacher_spec()
     spec.check()
+    if cfg.trace_format == "constrained" and spec.is_endpoint:
+        raise ValueError(f"--trace-format constrained: the teacher {cfg.teacher} is an endpoint, whose replies labelrl "
+                         "cannot steer token by token; give a local teacher (a built-in model or a model directory), "
+                         "or use --trace-format free")
     teacher = load_judge(spec, labels, rubric)
+    if cfg.trace_format == "constrained":
+        from labelrl.distill.constrained import ConstrainedTeacher
+
+        teacher = ConstrainedTeacher(teacher, labels)
+        teacher.think_budget(cfg.max_new_tokens)  # a cap too small for the tags fails before any attempt
     with Counter(len(examples), f"distilling traces from {teacher.name}") as count:
         records = run_distill(examples, labels, rubric, teacher, paths, attempts=cfg.attempts, keep=cfg.keep,
                               max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, seed=cfg.seed,
                               concurrency=cfg.concurrency if spec.is_endpoint else 1, on_item=lambda _: count.advance())
     attempts = [r for r in read_jsonl(paths.journal) if r.get("kind") == "attempt"]
     summary = survival_summary(records, confidence=confidence, attempts=attempts)
-    summary.update(teacher=teacher.name, attempts=cfg.attempts, keep=cfg.keep, trace_length_unit="characters",
+    summary.update(teacher=teacher.name, attempts=cfg.attempts, keep=cfg.keep, trace_format=cfg.trace_format,
+                   trace_length_unit="characters",
                    files={"traces": str(paths.out), "attempts": str(paths.journal), "summary": str(paths.summary)})
+    if not summary["overall"]["n_survived"]:  # before the summary is saved, so a rerun (the ladder's too) tries again
+        raise ValueError(no_traces_message(cfg, summary, attempts))
     atomic_write_json(paths.summary, summary)
     if cfg.json_path is not None:
         atomic_write_json(cfg.json_path, summary)
     return summary
+
+
+def no_traces_message(cfg: DistillConfig, summary: dict, attempts: list[dict]) -> str:
+    """Why no item kept a trace, and what to change: the replies' parse outcomes say whether the
+    teacher ignored the format, ran out of tokens, or answered but never the label."""
+    from collections import Counter
+
+    from labelrl.distill.teacher import distill_paths
+
+    statuses = Counter(str(a.get("status")) for a in attempts)
+    parsed = statuses.get("ok", 0)
+    seen = ", ".join(f"{n} {status}" for status, n in statuses.most_common())
+    fixes = [f"raise --attempts (now {cfg.attempts})"]
+    if parsed < len(attempts):
+        fixes.append(f"raise --max-new-tokens (now {cfg.max_new_tokens}) if replies were cut off")
+        if cfg.trace_format == "free":
+            fixes.append("use a teacher that follows the <think>…</think><answer>…</answer> format, or, with a local "
+                         "teacher, --trace-format constrained")
+    fixes.append("use a stronger teacher")
+    return (f"no trace kept: 0 of {summary['overall']['n_items']} items got a reply whose answer matched its label in "
+            f"{len(attempts)} attempts ({parsed} parsed; replies: {seen}); the attempts are saved in "
+            f"{distill_paths(cfg.out).journal}, and a re-run reuses them. To get traces: "
+            + "; ".join(fixes))

@@ -15,6 +15,13 @@ record is therefore also appended to the shared ledger of that holdout,
 ``$XDG_DATA_HOME/labelrl/ledgers`` or ``~/.local/share/labelrl/ledgers``), and the check reads
 both. ``ledger.jsonl`` beside the splits keeps that directory's own history.
 
+A model has one look per holdout, however many ways it is read. Its label-token scores and its
+greedy generations parsed strictly are two *readings* (``method``) of the same weights: the
+first evaluation is the look, and a later evaluation by another method is recorded as a reading
+of that look (``reading_of``: the look's time and splits directory), not as a second look. The
+listings (``merge_readings``, ``drop_table``, ``labelrl ledger``) show each look as one row with
+every reading. Reading the same method again is a repeat.
+
 A *derived* evaluation (``derived: true``) applies a decision rule chosen on val (e.g. a
 threshold on an SFT model's scores) to the holdout scores a model already produced in its one
 look: nothing new is seen, so it is recorded but is not a look and is never refused.
@@ -77,23 +84,29 @@ def read_ledger(splits_dir: str | Path) -> list[dict]:
     return read_jsonl(ledger_path(splits_dir))
 
 
+def reading(record: dict) -> str:
+    """The method that produced a record's metrics (a record without one is a scores reading)."""
+    return record.get("method") or "scores"
+
+
 def holdout_records(records: Iterable[dict], model_fingerprint: str, split_fingerprint: str,
                     holdout_fp: str | None = None, method: str | None = None) -> list[dict]:
-    """The holdout *looks* (derived records excluded) of this model on this holdout: the same
-    splits fingerprint, or the same holdout content; with ``method``, of that method only (a
-    model's label-token scores and its generated answers are two decision procedures, each
-    looked at once; a record without a method is a scores look)."""
+    """This model's records on this holdout (the same splits fingerprint, or the same holdout
+    content), derived ones excluded: without ``method`` its *looks* (readings attached to a look
+    excluded); with ``method``, every record holding that reading, a look's own or one attached
+    to a look (module docstring)."""
     return [r for r in records if r.get("split") == HOLDOUT and not r.get("derived")
             and r.get("model_fingerprint") == model_fingerprint
-            and (method is None or (r.get("method") or "scores") == method)
+            and (reading(r) == method if method is not None else not r.get("reading_of"))
             and (r.get("split_fingerprint") == split_fingerprint
                  or (holdout_fp is not None and r.get("holdout_fingerprint") == holdout_fp))]
 
 
 def earlier_looks(splits_dir: str | Path, model_fingerprint: str, split_fingerprint: str,
                   holdout_fp: str | None = None, method: str | None = None) -> list[dict]:
-    """This model's earlier looks at this holdout, from the splits directory's ledger and the
-    holdout's shared ledger (a record in both counts once), oldest first."""
+    """``holdout_records`` of the splits directory's ledger and the holdout's shared ledger (a
+    record in both counts once), oldest first: this model's looks at this holdout, or with
+    ``method`` its records of that reading."""
     records = read_ledger(splits_dir) + (read_jsonl(shared_ledger_path(holdout_fp)) if holdout_fp else [])
     seen, out = set(), []
     for r in holdout_records(records, model_fingerprint, split_fingerprint, holdout_fp, method):
@@ -104,27 +117,46 @@ def earlier_looks(splits_dir: str | Path, model_fingerprint: str, split_fingerpr
     return sorted(out, key=lambda r: str(r.get("time", "")))
 
 
-def check_holdout(splits_dir: str | Path, model_fingerprint: str, split_fingerprint: str, *, allow_repeat: bool = False,
-                  holdout_fp: str | None = None, method: str | None = None) -> bool:
-    """Whether evaluating this model on this holdout would be a repeat.
+def plan_holdout(splits_dir: str | Path, model_fingerprint: str, split_fingerprint: str, *, allow_repeat: bool = False,
+                 holdout_fp: str | None = None, method: str | None = None) -> tuple[bool, dict | None]:
+    """(repeat, look): how evaluating this model on this holdout by ``method`` is recorded.
 
-    Raises ValueError (before anything is predicted) when it would be and ``allow_repeat``
-    is False.
+    * No earlier look: a new look ``(False, None)``.
+    * An earlier look without this reading: the reading joins it ``(False, look)`` and is not
+      refused: the weights are the look's, and every listing shows both readings in its row,
+      so neither can be reported as the model's one number without the other beside it.
+    * This reading taken before (without ``method``: any look): a repeat ``(True, None)``, and a
+      ValueError (before anything is predicted) unless ``allow_repeat``.
     """
     earlier = earlier_looks(splits_dir, model_fingerprint, split_fingerprint, holdout_fp, method)
     if earlier and not allow_repeat:
-        first = earlier[0]
-        ba = first.get("metrics", {}).get("balanced_accuracy")
-        seen = f" (balanced accuracy {ba:.3f})" if isinstance(ba, (int, float)) else ""
-        where = first.get("splits_dir") or str(splits_dir)
-        raise ValueError(
-            f"this holdout was already evaluated with this model (fingerprint {model_fingerprint[:12]}) on "
-            f"{first.get('time', '?')}{seen}, with the splits in {where} (see {ledger_path(where)}). A holdout touched "
-            "twice stops being a holdout: anything chosen after seeing its number is selection on it, and the number "
-            "it then gives is inflated. Report the first number; to evaluate again anyway pass --allow-repeat-holdout "
-            "(the result is recorded and marked as a repeat)"
-        )
-    return bool(earlier)
+        raise ValueError(_refusal(earlier[0], model_fingerprint, splits_dir, method))
+    if earlier:
+        return True, None
+    looks = [] if method is None else earlier_looks(splits_dir, model_fingerprint, split_fingerprint, holdout_fp)
+    return False, next((r for r in looks if not r.get("repeat")), looks[0] if looks else None)
+
+
+def _refusal(first: dict, model_fingerprint: str, splits_dir: str | Path, method: str | None) -> str:
+    ba = first.get("metrics", {}).get("balanced_accuracy")
+    seen = f" (balanced accuracy {ba:.3f})" if isinstance(ba, (int, float)) else ""
+    where = first.get("splits_dir") or str(splits_dir)
+    how = f" and read by {method}" if method is not None else ""
+    return (
+        f"this holdout was already evaluated with this model (fingerprint {model_fingerprint[:12]}){how} on "
+        f"{first.get('time', '?')}{seen}, with the splits in {where} (see {ledger_path(where)}). A holdout touched "
+        "twice stops being a holdout: anything chosen after seeing its number is selection on it, and the number "
+        "it then gives is inflated. Report the first number; to evaluate again anyway pass --allow-repeat-holdout "
+        "(the result is recorded and marked as a repeat)"
+    )
+
+
+def check_holdout(splits_dir: str | Path, model_fingerprint: str, split_fingerprint: str, *, allow_repeat: bool = False,
+                  holdout_fp: str | None = None, method: str | None = None) -> bool:
+    """Whether evaluating this model on this holdout (by ``method``) would be a repeat
+    (``plan_holdout``; ValueError when it would be and ``allow_repeat`` is False)."""
+    return plan_holdout(splits_dir, model_fingerprint, split_fingerprint, allow_repeat=allow_repeat,
+                        holdout_fp=holdout_fp, method=method)[0]
 
 
 def summary_metrics(metrics: dict) -> dict:
@@ -149,9 +181,11 @@ def record_evaluation(
     holdout_fp: str | None = None,
     derived: bool = False,
     extra: dict | None = None,
+    reading_of: dict | None = None,
 ) -> dict:
     """Append one evaluation to the splits directory's ledger (and, for a holdout, to the
-    holdout's shared ledger) and return the record."""
+    holdout's shared ledger) and return the record; ``reading_of`` is the look this evaluation
+    is another reading of (``plan_holdout``)."""
     record = {
         "time": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "split": split,
@@ -165,6 +199,8 @@ def record_evaluation(
         "metrics": summary_metrics(metrics),
         **(extra or {}),
     }
+    if reading_of is not None:
+        record["reading_of"] = {k: reading_of.get(k) for k in ("time", "splits_dir", "model_spec")}
     append_jsonl(ledger_path(splits_dir), record)
     if split == HOLDOUT and holdout_fp is not None:
         append_jsonl(shared_ledger_path(holdout_fp), record)
@@ -185,34 +221,81 @@ def _run_file_val(model_spec: str) -> dict | None:
     return found or None
 
 
-def drop_table(records: Iterable[dict]) -> list[dict]:
-    """Per model with a holdout evaluation: val and holdout metrics and their drop (val − holdout).
+def _is_look(record: dict) -> bool:
+    return record.get("split") == HOLDOUT and not record.get("derived") and not record.get("reading_of")
 
-    The holdout number is the model's first (non-repeat) holdout record; the val number is
-    the latest val record of the same model on the same splits with the same method and
-    answer key, else the val metrics its training run saved (``sft_summary.json``; these
-    may cover only the first ``--eval-limit`` val items). Rows are sorted by balanced-accuracy drop, largest first.
+
+def merge_readings(records: Iterable[dict]) -> list[dict]:
+    """The records in order, each holdout reading attached to a look folded into that look's
+    row: every holdout record that is not derived gets ``readings`` (method → metrics, the
+    look's own first). A reading whose look is not among ``records`` (e.g. in another splits
+    directory's ledger) keeps a row of its own, with its ``reading_of``."""
+    rows: list[dict] = []
+    looks: dict[tuple, dict] = {}
+    for rec in records:
+        if rec.get("split") != HOLDOUT or rec.get("derived"):
+            rows.append(rec)
+            continue
+        of = rec.get("reading_of") or {}
+        look = looks.get((rec.get("model_fingerprint"), of.get("time"))) if of else None
+        if look is not None and reading(rec) not in look["readings"]:
+            look["readings"][reading(rec)] = rec["metrics"]
+            continue
+        row = dict(rec, readings={reading(rec): rec["metrics"]})
+        if _is_look(rec):
+            looks.setdefault((rec.get("model_fingerprint"), rec.get("time")), row)
+        rows.append(row)
+    return rows
+
+
+def _val_metrics(records: list[dict], look: dict, method: str) -> tuple[dict | None, str]:
+    """(val metrics, source) of the look's model by ``method``: its latest val record on the same
+    splits with the same answer key, else, for the look's own method, what its training run saved."""
+    same = (look.get("model_fingerprint"), look.get("split_fingerprint"), method, look.get("label_col"))
+    vals = [r for r in records if r.get("split") == "val" and not r.get("derived")
+            and (r.get("model_fingerprint"), r.get("split_fingerprint"), reading(r), r.get("label_col")) == same]
+    if vals:
+        return vals[-1]["metrics"], "ledger"
+    return (_run_file_val(look["model_spec"]) if method == reading(look) else None), "run files"
+
+
+def _drops(val: dict, holdout: dict) -> dict:
+    row = {}
+    for name in RUN_FILE_METRICS:
+        v, h = val.get(name), holdout.get(name)
+        row[f"val_{name}"], row[f"holdout_{name}"] = v, h
+        row[f"drop_{name}"] = v - h if v is not None and h is not None else None
+    return row
+
+
+def drop_table(records: Iterable[dict]) -> list[dict]:
+    """Per model with a holdout look: val and holdout metrics and their drop (val − holdout).
+
+    The holdout number is the model's first (non-repeat) look; the val number is the latest val
+    record of the same model on the same splits with the same method and answer key, else the
+    val metrics its training run saved (``sft_summary.json``; these may cover only the first
+    ``--eval-limit`` val items). The row's top-level figures are the look's own reading; its
+    ``readings`` hold every reading of the look with a val number (method → val source and
+    figures), so a direct model read by scores and by generations is one row. Rows are sorted by
+    balanced-accuracy drop, largest first.
     """
     records = list(records)
     rows = []
     seen: set[tuple[str, str]] = set()
-    for rec in records:
-        key = (rec.get("model_fingerprint"), rec.get("split_fingerprint"))
-        if rec.get("split") != HOLDOUT or rec.get("derived") or key in seen:
+    for look in merge_readings(records):
+        key = (look.get("model_fingerprint"), look.get("split_fingerprint"))
+        if look.get("split") != HOLDOUT or look.get("derived") or key in seen:
             continue
         seen.add(key)
-        same = (rec.get("model_fingerprint"), rec.get("split_fingerprint"), rec.get("method"), rec.get("label_col"))
-        vals = [r for r in records if r.get("split") == "val"
-                and (r.get("model_fingerprint"), r.get("split_fingerprint"), r.get("method"), r.get("label_col")) == same]
-        val, source = (vals[-1]["metrics"], "ledger") if vals else (_run_file_val(rec["model_spec"]), "run files")
-        if val is None:
+        readings = {}
+        for method, metrics in look["readings"].items():
+            val, source = _val_metrics(records, look, method)
+            if val is not None:
+                readings[method] = {"val_source": source, **_drops(val, metrics)}
+        own = readings.get(reading(look))
+        if own is None:
             continue
-        row = {"model_spec": rec["model_spec"], "model_fingerprint": key[0], "val_source": source,
-               "holdout_repeat": bool(rec.get("repeat"))}
-        for name in RUN_FILE_METRICS:
-            v, h = val.get(name), rec["metrics"].get(name)
-            row[f"val_{name}"], row[f"holdout_{name}"] = v, h
-            row[f"drop_{name}"] = v - h if v is not None and h is not None else None
-        rows.append(row)
+        rows.append({"model_spec": look["model_spec"], "model_fingerprint": key[0], "method": reading(look),
+                     "holdout_repeat": bool(look.get("repeat")), **own, "readings": readings})
     rows.sort(key=lambda r: -(r["drop_balanced_accuracy"] if r["drop_balanced_accuracy"] is not None else float("-inf")))
     return rows

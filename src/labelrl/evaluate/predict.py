@@ -409,21 +409,23 @@ def evaluate_split(
 ) -> EvalResult:
     """Predict, score and record one evaluation, honouring the holdout ledger.
 
-    A holdout evaluation of a model already recorded on the same holdout (same splits, or the
-    same holdout content in another splits directory) is refused (ValueError, before anything
-    is predicted) unless ``allow_repeat_holdout``; then it is recorded with ``repeat: true``.
-    Every evaluation (val too) is appended to the ledger, with ``record_extra`` (e.g. the
-    paths of the files it is written to).
+    A model has one look per holdout (same splits, or the same holdout content in another
+    splits directory; ``labelrl.evaluate.ledger.plan_holdout``): the first evaluation is the
+    look, one by another method is recorded as a reading of that look, and one by a method
+    already read is refused (ValueError, before anything is predicted) unless
+    ``allow_repeat_holdout``, then recorded with ``repeat: true``. Every evaluation (val too) is
+    appended to the ledger, with ``record_extra`` (e.g. the paths of the files it is written to).
     """
     from labelrl.evaluate import ledger
     from labelrl.evaluate.metrics import classification_metrics
 
     data = setup.data
-    repeat = False
+    repeat, look = False, None
     method = method or ("scores" if data.options.mode == "direct" else "generate")
     if data.split == ledger.HOLDOUT:
-        repeat = ledger.check_holdout(data.splits_dir, setup.model_fingerprint, data.split_fingerprint,
-                                      allow_repeat=allow_repeat_holdout, holdout_fp=data.holdout_fingerprint, method=method)
+        repeat, look = ledger.plan_holdout(data.splits_dir, setup.model_fingerprint, data.split_fingerprint,
+                                           allow_repeat=allow_repeat_holdout, holdout_fp=data.holdout_fingerprint,
+                                           method=method)
     pred = run_predictions(setup, method=method, batch_size=batch_size, max_new_tokens=max_new_tokens)
     metrics = classification_metrics(pred.y_true, pred.y_pred, pred.labels, scores=pred.scores(), n_boot=n_boot, seed=seed)
     statuses = pred.table.column("parse_status").to_pylist()
@@ -436,6 +438,6 @@ def evaluate_split(
     record = ledger.record_evaluation(
         data.splits_dir, split=data.split, model_spec=setup.model_spec, model_fingerprint=setup.model_fingerprint,
         split_fingerprint=data.split_fingerprint, metrics=metrics, repeat=repeat, extra=extra,
-        holdout_fp=data.holdout_fingerprint,
+        holdout_fp=data.holdout_fingerprint, reading_of=look,
     )
     return EvalResult(pred, metrics, record, repeat)

@@ -22,7 +22,7 @@ class EvalConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     run_or_model: str = Field(description="A run directory (its saved model, data config and splits) or a model: a built-in name or a model directory.")
-    split: Literal["val", "holdout", "train"] = Field("val", description="Which split to evaluate on. Holdout evaluations are recorded in the ledger, once per model (and method); train gives the training items' scores (their difficulty), is never recorded and measures nothing.")
+    split: Literal["val", "holdout", "train"] = Field("val", description="Which split to evaluate on. Holdout evaluations are recorded in the ledger: one look per model, which a second method's reading of the same model joins (reading a method again is a repeat); train gives the training items' scores (their difficulty), is never recorded and measures nothing.")
     data: Optional[str] = Field(None, description="Data to evaluate on (default: the run's data config). Built-in name or JSONL/CSV/Parquet file.")
     text_col: list[str] = Field(default_factory=list, description="With --data: text column(s) of the prompt (repeatable).")
     label_col: Optional[str] = Field(None, description="The answer key: any label column (e.g. relabelled vs original labels). With --data it is also the data's label column.")
@@ -117,9 +117,8 @@ def run_eval(cfg: EvalConfig) -> dict:
     ``pass_at_k``, ``pass_at_k_and_write``); ValueError for bad input."""
     from labelrl.evaluate.predict import prepare
 
-    if cfg.pass_at_k is not None and cfg.split == "holdout":
-        raise ValueError("--pass-at-k samples the model many times per item and reports the best of k; run it on "
-                         "--split val (the holdout is for each final model's one look)")
+    if cfg.pass_at_k is not None:
+        refuse_pass_at_k_on_holdout(cfg.split)
     setup = prepare(cfg.run_or_model, cfg.data_options(), cfg.split, splits_dir=cfg.splits,
                     label_col=cfg.label_col, limit=cfg.limit, overrides=cfg.data_overrides(), precision=cfg.precision)
     if cfg.pass_at_k is not None:
@@ -127,11 +126,22 @@ def run_eval(cfg: EvalConfig) -> dict:
     return evaluate_and_write(setup, cfg)
 
 
+def refuse_pass_at_k_on_holdout(split: str) -> None:
+    """pass@k is never a holdout reading: it samples each item many times and keeps the best of
+    k, and it is not recorded in the ledger, so on the holdout it would be an unrecorded look."""
+    if split == "holdout":
+        raise ValueError("--pass-at-k samples the model many times per item and reports the best of k; run it on "
+                         "--split val (the holdout is for each final model's one look)")
+
+
 def pass_at_k_and_write(setup, cfg: EvalConfig) -> dict:
     """pass@k of a prepared setup (``labelrl.evaluate.passk``), written to ``cfg.json_path`` or
-    ``SPLITS_DIR/eval/NAME-SPLIT-pass.json``; returns ``{"pass_at_k", "files"}``."""
+    ``SPLITS_DIR/eval/NAME-SPLIT-pass.json``; returns ``{"pass_at_k", "files"}``. A holdout setup
+    is refused (``refuse_pass_at_k_on_holdout``)."""
     from labelrl.evaluate.passk import sample_pass_at_k
     from labelrl.fileio import atomic_write_json
+
+    refuse_pass_at_k_on_holdout(setup.data.split)
 
     result = sample_pass_at_k(setup, k=cfg.pass_at_k, n=cfg.pass_samples, max_new_tokens=cfg.max_new_tokens,
                               seed=cfg.seed, batch_size=max(1, cfg.batch_size // cfg.pass_samples), n_boot=cfg.n_boot)

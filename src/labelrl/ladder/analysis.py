@@ -1,18 +1,25 @@
 """What a task's finished arms add up to, rebuilt from the evaluation files at the end of a task.
 
 * **sweep** (binary tasks): each RL run's val operating point against its parent SFT model's
-  threshold curve (``labelrl.evaluate.sweep``): is it just a threshold on the SFT model?
+  threshold curve (``labelrl.evaluate.sweep``): is it just a threshold on the SFT model? A direct
+  RL run's greedy generations (``-generate`` evaluations) are swept too, as "RUN (greedy generation)".
 * **route**: routing between each RL run and its parent (``labelrl.evaluate.route``).
 * **compare**: the distillation decomposition (sft / control / cot_sft), when those arms ran.
 * **paired**: every RL arm against its SFT parent, against the SFT + val-chosen threshold arm,
   against the threshold matching its own val recall (binary), and against the other RL arms
   from the same parent (ablations, with the config keys that differ), paired on the holdout
-  items over items and seeds (``labelrl.evaluate.paired``).
+  items over items and seeds (``labelrl.evaluate.paired``), and the same on every OOD set's
+  holdout (``labelrl.ladder.paired_arms``; each entry of ``paired.json`` names its ``split``).
 * **curve_point** (binary tasks): every RL arm against its SFT parent as a curve (ΔROC-AUC of the
   label-token scores) and a point (recall and precision of its own answers), on the holdout, added
   to ``paired.json`` as kind ``curve_vs_sft`` (``labelrl.ladder.curve_vs_sft``).
 * **majority**: the majority-class constant predictor's val and holdout metrics, and every trained
   arm against it (kind ``vs_majority`` in ``paired.json``; ``labelrl.ladder.majority``).
+* **generation**: each direct RL arm's greedy-generation operating point on the holdout, recall
+  and precision per label (``labelrl.ladder.generation_point``).
+* **stability** (arms with ≥ 2 seeds): the spread of holdout balanced accuracy over seeds, the
+  median step-to-step change of the mean reward and of val balanced accuracy, and CoRPO against
+  GRPO from the same parent, paired by seed (``labelrl.ladder.stability``).
 * **verdict**: one line per RL arm in plain words, built from the above; an arm collapsed to one
   answer is named so, never "worse" (``labelrl.ladder.collapse``).
 
@@ -29,16 +36,16 @@ from labelrl.fileio import atomic_write_json
 from labelrl.ladder.arms import eval_paths
 from labelrl.ladder.collapse import add_collapse_and_majority, mark_collapsed
 from labelrl.ladder.curve_vs_sft import add_curve_point, curve_point_comparisons
-from labelrl.ladder.derived import matched_name
+from labelrl.ladder.generation_point import (add_generation_points, generated_name, generation_points, is_direct_rl,
+                                            sweep_tally)
 from labelrl.ladder.majority import majority_baseline, majority_comparisons
+from labelrl.ladder.paired_arms import UNCOMPARED_KEYS, add_ood_verdicts, config_diff, ood_names, rl_comparisons
+from labelrl.ladder.stability import add_stability, stability_analysis
 
+__all__ = ["RL_TYPES", "SFT_TYPES", "UNCOMPARED_KEYS", "analyse_task", "config_diff", "groups", "paired_comparisons",
+           "task_verdict"]
 RL_TYPES = ("rl", "random_reward", "cot_rl")
 SFT_TYPES = ("sft", "control")
-# Config keys that say where a run lives or how it is logged, not what it does.
-UNCOMPARED_KEYS = {"out", "quiet", "report_to", "resume", "stop_after", "checkpoint_every", "seed",
-                   "collapse_share", "collapse_steps", "collapse_max_label_share",  # the collapse detector only reads
-                   "val_path", "eval_limit"}  # an RL run's path on val: scored, never trained on
-
 
 def groups(arms: dict[str, dict]) -> dict[str, list[str]]:
     """Finished runs by arm (replicates under the arm they replicate), in run order."""
@@ -58,10 +65,12 @@ def analyse_task(task, task_dir: Path, tstate: dict) -> dict:
         "route": lambda: _routes(task_dir, arms),
         "sweep": lambda: _sweeps(task_dir, arms, tstate),
         "compare": lambda: _compare(task_dir, arms, task.n_boot),
-        "paired": lambda: paired_comparisons(task_dir, arms, task.n_boot),
+        "paired": lambda: paired_comparisons(task_dir, arms, task.n_boot, ood=list(tstate.get("ood") or [])),
         "curve_point": lambda: curve_point_comparisons(task_dir, arms, tstate, task.n_boot),  # into paired.json
         "rescore": lambda: _rescores(task_dir, arms),
         "majority": lambda: majority_baseline(task_dir, arms, task.n_boot),  # the constant predictor's row
+        "generation": lambda: generation_points(task_dir, arms, groups(arms)),  # direct RL arms' greedy answers
+        "stability": lambda: stability_analysis(task_dir, arms, groups(arms)),  # over seeds and steps
     }
     out: dict[str, Any] = {}
     for name, make in steps.items():
@@ -106,8 +115,9 @@ def _sweeps(task_dir: Path, arms: dict[str, dict], tstate: dict) -> dict:
             continue
         others = [read_predictions(eval_paths(task_dir, n, "val")[0], positive_label=positive) for n in children]
         routed = _routed(scored, dict(zip(children, others)), task_dir)  # each cascade's operating point too
-        result = sweep(scored, positive_label=positive, compare=others + list(routed.values()))
-        result["arms"] = {"base": parent, "compared": children + list(routed)}
+        generated = _generated(task_dir, arms, children, positive)  # what a user without logits gets
+        result = sweep(scored, positive_label=positive, compare=others + list(routed.values()) + list(generated.values()))
+        result["arms"] = {"base": parent, "compared": children + list(routed) + list(generated)}
         path = task_dir / "analysis" / ("sweep.json" if not files else f"sweep-{parent}.json")
         result["plot"] = str(plot_roc(result, path.with_suffix(".roc.png")))
         atomic_write_json(path, result)
@@ -118,6 +128,14 @@ def _sweeps(task_dir: Path, arms: dict[str, dict], tstate: dict) -> dict:
     if not files:
         return {"note": "no RL arm started from a scored (direct) SFT model"}
     return {"files": files, "file": next(iter(files.values())), "verdicts": verdicts}
+
+
+def _generated(task_dir: Path, arms: dict[str, dict], children: list[str], positive: str) -> dict:
+    """Each direct RL child's greedy generations on val (``-generate``), by ``generated_name``."""
+    from labelrl.evaluate.io import read_predictions
+
+    paths = {n: eval_paths(task_dir, n, "val-generate")[0] for n in children if is_direct_rl(arms[n])}
+    return {generated_name(n): read_predictions(p, positive_label=positive) for n, p in paths.items() if p.is_file()}
 
 
 def _routed(scored, children: dict, task_dir: Path) -> dict:
@@ -188,63 +206,25 @@ def _compare(task_dir: Path, arms: dict[str, dict], n_boot: int) -> dict:
 # ---------------------------------------------------------------- paired comparisons
 
 
-def config_diff(a: dict, b: dict) -> dict[str, list]:
-    """Resolved config keys (and resolved algorithm knobs) whose values differ: {key: [a, b]}."""
-    def flat(st: dict) -> dict:
-        out = {k: v for k, v in (st.get("config") or {}).items() if k not in UNCOMPARED_KEYS}
-        out.update({f"algorithm.{k}": v for k, v in (st.get("algorithm") or {}).items()})
-        return out
-
-    fa, fb = flat(a), flat(b)
-    return {k: [fa.get(k), fb.get(k)] for k in sorted(set(fa) | set(fb)) if fa.get(k) != fb.get(k) and k != "model"}
-
-
-def _threshold_runs(arms: dict[str, dict], parent_runs: list[str]) -> list[str]:
-    return [n for n, st in arms.items() if st["type"] == "threshold" and st.get("from") in parent_runs]
-
-
-def paired_comparisons(task_dir: Path, arms: dict[str, dict], n_boot: int) -> dict:
-    """Every paired comparison the module docstring lists, saved as ``analysis/paired.json``."""
-    from labelrl.evaluate.io import read_predictions
-    from labelrl.evaluate.paired import paired_comparison, verdict_words
-
-    def preds(names: list[str]) -> list:
-        return [read_predictions(eval_paths(task_dir, n, "holdout")[0]) for n in names]
+def paired_comparisons(task_dir: Path, arms: dict[str, dict], n_boot: int, ood: list[str] | None = None) -> dict:
+    """Every paired comparison the module docstring lists, on the holdout and on each OOD set
+    (``ood``; default: every set an arm was scored on), saved as ``analysis/paired.json``."""
+    from labelrl.evaluate.paired import verdict_words
 
     grouped = groups(arms)
-    comparisons = []
-
-    def add(kind: str, a: str, b: str, a_runs: list[str], b_runs: list[str], **extra) -> None:
-        """Compare the holdout evaluations named ``a_runs`` (arm ``a``) with ``b_runs`` (arm ``b``)."""
-        result = paired_comparison(preds(a_runs), preds(b_runs), names=(a, b), n_boot=max(n_boot, 1))
-        comparisons.append({"kind": kind, "a": a, "b": b, "a_runs": a_runs, "b_runs": b_runs, **extra, "result": result})
-
     rl_groups = [g for g, runs in grouped.items() if arms[runs[0]]["type"] in RL_TYPES]
-    for g in rl_groups:
-        runs = grouped[g]
-        parent_runs = list(dict.fromkeys(arms[r]["from"] for r in runs))
-        parent = arms[parent_runs[0]].get("replicate_of") or parent_runs[0]
-        add("vs_sft", parent, g, parent_runs, runs)
-        thresholds = _threshold_runs(arms, parent_runs)
-        if thresholds:
-            t_group = arms[thresholds[0]].get("replicate_of") or thresholds[0]
-            add("vs_threshold", t_group, g, thresholds, runs)
-            matched = [(t, r) for r in runs for t in thresholds if arms[t]["from"] == arms[r]["from"]
-                       and eval_paths(task_dir, matched_name(t, r), "holdout")[0].is_file()]
-            if len(matched) == len(runs):
-                add("vs_recall_matched", f"{t_group} at {g}'s val recall", g, [matched_name(t, r) for t, r in matched], runs)
-    for i, g in enumerate(rl_groups):  # ablations: RL arms from the same parent arm
-        for h in rl_groups[i + 1:]:
-            if {arms[r]["from"] for r in grouped[g]} == {arms[r]["from"] for r in grouped[h]}:
-                add("ablation", g, h, grouped[g], grouped[h], config_diff=config_diff(arms[grouped[g][0]], arms[grouped[h][0]]))
-    comparisons += majority_comparisons(task_dir, arms, grouped, n_boot)  # every trained arm vs the constant answer
+    left_out: dict[str, str] = {}
+    comparisons = rl_comparisons(task_dir, arms, grouped, rl_groups, "holdout", n_boot, left_out)
+    comparisons += [c | {"split": "holdout"} for c in majority_comparisons(task_dir, arms, grouped, n_boot)]
+    for name in ood_names(arms) if ood is None else ood:  # the same comparisons out of domain
+        comparisons += rl_comparisons(task_dir, arms, grouped, rl_groups, f"ood-{name}", n_boot, left_out)
     mark_collapsed(comparisons, arms)  # a comparison a collapsed arm loses is worded as the collapse
     path = task_dir / "analysis" / "paired.json"
     atomic_write_json(path, comparisons)
-    return {"file": str(path), "comparisons": [{k: c[k] for k in ("kind", "a", "b")}
-                                               | {"verdict": c["result"]["verdict"],
-                                                  "words": c.get("words") or verdict_words(c["result"])}
-                                               for c in comparisons]}
+    return {"file": str(path), "left_out": left_out,
+            "comparisons": [{k: c[k] for k in ("kind", "split", "a", "b")}
+                            | {"verdict": c["result"]["verdict"], "words": c.get("words") or verdict_words(c["result"])}
+                            for c in comparisons]}
 
 
 # ---------------------------------------------------------------- the verdict
@@ -256,20 +236,21 @@ def _sweep_summary(runs: list[str], sweeps: dict) -> str | None:
         return None
     if len(found) == 1:
         return f"operating point {found[0]['verdict']}"
-    reproduced = sum(v["reproduced"] for v in found)
-    return f"operating point reproduced by a threshold on the SFT model in {reproduced} of {len(found)} seeds"
+    return f"operating point against a threshold on the SFT model: {sweep_tally(found)}"
 
 
 def task_verdict(arms: dict[str, dict], analysis: dict, tstate: dict) -> list[dict]:
     """One entry per RL arm: its paired verdicts against SFT, SFT + threshold and the
-    recall-matched threshold, the sweep's verdict and its failed-positive fraction, and the
-    sentence that says them (``text``)."""
+    recall-matched threshold (holdout), the sweep's verdict and its failed-positive fraction, the
+    curve and the point, the same comparisons on each OOD set (``ood``), a direct arm's greedy
+    generation point (``generation``), the figures over seeds (``stability``), and the sentence
+    that says them (``text``)."""
     grouped = groups(arms)
     paired = analysis.get("paired") or {}
     shown = {"vs_sft": "vs {a}", "vs_threshold": "vs {a} (SFT + threshold chosen on val)",
              "vs_recall_matched": "vs SFT at its own val recall"}
     by_pair = {(c["kind"], c["b"]): f"{shown[c['kind']].format(a=c['a'])}: {c.get('words') or c['verdict']}"
-               for c in paired.get("comparisons", []) if c["kind"] in shown}
+               for c in paired.get("comparisons", []) if c["kind"] in shown and c.get("split", "holdout") == "holdout"}
     sweeps = (analysis.get("sweep") or {}).get("verdicts") or {}
     threshold_text = tstate.get("success_threshold")
     out = []
@@ -287,5 +268,8 @@ def task_verdict(arms: dict[str, dict], analysis: dict, tstate: dict) -> list[di
         out.append({"arm": g, "runs": runs, "vs_sft": parts[0], "vs_threshold": parts[1], "vs_recall_matched": parts[2],
                     "sweep": sweep, "failed_positive": failed, "text": f"{g}: " + "; ".join(lines) + note})
     add_curve_point(out, analysis.get("curve_point"))  # binary tasks: the curve (ranking) and the point (answers)
+    add_ood_verdicts(out, paired)  # the same comparisons on each OOD set
+    add_generation_points(out, analysis.get("generation"), sweeps)  # direct RL: the answers without logits
+    add_stability(out, analysis.get("stability"))  # ≥ 2 seeds: spread and step changes; CoRPO vs GRPO
     add_collapse_and_majority(out, arms, tstate, paired)  # "collapsed to L at step S", never "worse"; vs the majority class
     return out

@@ -2,7 +2,8 @@
 
 Every arm trains in ``RUN_DIR/TASK/ARM`` on the task's shared splits (the task's
 ``splits.json`` is copied in before the arm starts; the trainers check its fingerprint
-against the data, so an arm can never train on other splits). Evaluations are written to
+against the data, so an arm can never train on other splits). An arm with ``labels_from``
+trains on the same items with a relabel arm's labels (``train_labels``, its answer key). Evaluations are written to
 ``RUN_DIR/TASK/eval`` and recorded in the task's ledger, so each final model touches the
 holdout once.
 """
@@ -22,8 +23,8 @@ from labelrl.ladder.recipe import FAMILY, Recipe, TaskSpec, deep_merge
 
 # Keys the ladder sets itself; a recipe setting them would silently break the wiring.
 WIRED = {
-    "sft": {"out", "traces", "only_ids_from"},
-    "rl": {"out", "model", "random_reward", "resume", "success_threshold"},
+    "sft": {"out", "traces", "only_ids_from", "train_labels"},
+    "rl": {"out", "model", "random_reward", "resume", "success_threshold", "train_labels"},
     "distill": {"out", "run_dir", "split", "teacher"},
     "threshold": {"out", "parent"},
     "relabel": {"out", "only_ids"},
@@ -104,6 +105,8 @@ def _wiring(recipe: Recipe, task: TaskSpec, task_dir: Path, arm_name: str, *, fo
         wired["model"] = str(parent)
         wired["random_reward"] = arm.type == "random_reward"
         wired["success_threshold"] = task.success_threshold  # one definition of failure for every arm
+    if arm.labels_from:  # the relabel arm's key (labelrl.data.train_labels): same items, its labels
+        wired["train_labels"] = task_dir / arm.labels_from / "answer_key.json"
     return wired
 
 

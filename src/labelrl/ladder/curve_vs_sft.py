@@ -48,7 +48,7 @@ def curve_point_comparisons(task_dir: Path, arms: dict[str, dict], tstate: dict,
             left_out[g] = f"{g} or {parent} has no label-token scores (scored by generation), so no ROC curve"
             continue
         result = paired_curve_point(a, b, names=(parent, g), n_boot=max(n_boot, 1))
-        made.append({"kind": KIND, "a": parent, "b": g, "a_runs": parent_runs, "b_runs": runs, "result": result})
+        made.append({"kind": KIND, "split": "holdout", "a": parent, "b": g, "a_runs": parent_runs, "b_runs": runs, "result": result})
     path = task_dir / "analysis" / "paired.json"
     earlier = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else []
     atomic_write_json(path, [c for c in earlier if c.get("kind") != KIND] + made)

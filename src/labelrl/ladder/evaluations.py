@@ -7,6 +7,12 @@ model's scores on the training sample.
   shorter cap would count its truncated answers as wrong.
 * A direct RL arm is also scored by its own greedy generations parsed strictly (``-generate``
   evaluations): the label-token scores need logit access a deployed generator does not give.
+  On the holdout this is a second reading of the model's one look, recorded as such
+  (``labelrl.evaluate.ledger``): one look per final model, with both readings. An arm whose
+  weights equal an earlier arm's shares that look and adds the reading it lacks.
+* Out-of-domain holdouts are other holdouts (their own splits and ledger): one look each.
+* pass@k samples val only (the holdout is refused); train scores are never recorded; a
+  threshold arm's holdout records are derived from its parent's look (``labelrl.ladder.derived``).
 * Another answer key (``eval_label_cols``) rescores the same predictions against another label
   column: nothing new is looked at, so its holdout record is derived.
 """

@@ -18,8 +18,9 @@ values), validated, and turned into one resolved config per arm (``SFTConfig``, 
           grpo:  {type: rl, from: sft, preset: grpo}
           noise: {type: random_reward, from: sft}
 
-Arm keys other than ``type``, ``from`` and ``teacher`` are options of the arm's command
-(``labelrl sft|rl|distill --help``, docs/config.md).
+Arm keys other than ``type``, ``from``, ``teacher``, ``seeds``, ``tune`` and ``labels_from`` (train
+on a relabel arm's labels) are options of the arm's command (``labelrl sft|rl|distill --help``,
+docs/config.md).
 """
 
 from __future__ import annotations
@@ -53,7 +54,9 @@ FAMILY = {"sft": "sft", "control": "sft", "cot_sft": "sft", "rl": "rl", "random_
 # Names an arm may not take: they are files or folders of the task directory.
 RESERVED = {"eval", "analysis", "ood", "samples", "splits.json", "ledger.jsonl", "audit.json", "label_noise.json"}
 DATA_KEYS = ("data", "text_col", "label_col", "labels", "kind", "on_bad_row", "delimiter", "encoding", "on_long_item", "limit",
-             "split_seed", "split_ratios", "label_noise", "rubric")
+             "split_seed", "split_ratios", "label_noise", "label_noise_seed", "rubric")
+# Arm types that train on the task's labels, so may take them from a relabel arm (``labels_from``).
+LABELS_FROM_TYPES = ("sft", "control", "rl", "cot_rl")
 # Replicate runs are named ARM@sSEED.
 REPLICATE_MARK = "@s"
 
@@ -70,6 +73,7 @@ class ArmSpec(BaseModel):
     replicate_of: Optional[str] = Field(None, description="Set by the ladder on a replicate run: the arm it replicates.")
     tune: Optional[Any] = Field(None, description="Config field → values to try; the best on val becomes the arm (labelrl.ladder.tune). `{}`: no tuning.")
     tuned_by: Optional[str] = Field(None, description="Set by the ladder on a replicate run of a tuned arm: the run (its first seed's) whose val selection it uses.")
+    labels_from: Optional[str] = Field(None, description="A relabel arm of the task: train on its final labels instead of the data's (the same training items; val and holdout keep their labels). That arm also becomes an answer key every evaluation is scored against.")
 
     def options(self) -> dict[str, Any]:
         return dict(self.model_extra or {})
@@ -93,6 +97,7 @@ class TaskSpec(BaseModel):
     split_seed: int = 0
     split_ratios: str = Field("0.8,0.1,0.1", description="Shares of train, val and holdout (e.g. 0.7,0.1,0.2).")
     label_noise: float = Field(0.0, ge=0, lt=1, description="Flip this share of the training labels (val and holdout untouched).")
+    label_noise_seed: Literal["split", "run"] = Field("split", description="What seeds the flips: split (the split seed: every run trains on the same wrong labels) or run (each run's seed: replicate runs ARM@sSEED train on different wrong labels, the training items staying the same).")
     rubric: Optional[Path] = None
     audit: bool = True
     seeds: Optional[list[int]] = Field(None, description="Replicates: every training arm runs once per seed (distill arms once).")
@@ -104,7 +109,7 @@ class TaskSpec(BaseModel):
     generate_eval: bool = Field(True, description="Also score direct RL arms by their own greedy generations parsed strictly (what a user without logit access gets).")
     on_collapse: Literal["continue", "stop"] = Field("continue", description="An RL arm flagged collapsed to one answer (labelrl.train.collapse): continue evaluates it as any arm and names the collapse in the verdict; stop marks it status collapsed, spends no holdout look on it and skips the arms that start from it.")
     score_train: Optional[bool] = Field(None, description="Score the training sample with the direct SFT model (difficulty for distillation survival and the ambiguous residue); default: when the task has distill arms.")
-    eval_label_cols: list[str] = Field(default_factory=list, description="Other answer keys (label columns of the data, or a relabel arm's name): every evaluation is also scored against each, from the same predictions.")
+    eval_label_cols: list[str] = Field(default_factory=list, description="Other answer keys (label columns of the data, or a relabel arm's name): every evaluation is also scored against each, from the same predictions. A relabel arm some arm trains on (`labels_from`) is added.")
     pass_at_k: Optional[int] = Field(None, ge=1, description="Also report pass@k on val for the SFT and RL arms (k of --pass-samples sampled answers).")
     pass_samples: int = Field(8, ge=1, description="Answers sampled per val item for pass@k (n ≥ k).")
     positive_label: Optional[str] = None
@@ -120,6 +125,15 @@ class TaskSpec(BaseModel):
         text = ",".join(str(v) for v in value) if isinstance(value, (list, tuple)) else value
         parse_ratios(text)
         return text
+
+    @model_validator(mode="after")
+    def _label_sources_are_answer_keys(self) -> "TaskSpec":
+        """A relabel arm that some arm trains on is also an answer key: the four cells (trained on
+        either labels × scored against either) need every arm scored against it."""
+        for arm in self.arms.values():
+            if arm.labels_from and arm.labels_from not in self.eval_label_cols:
+                self.eval_label_cols = [*self.eval_label_cols, arm.labels_from]
+        return self
 
     def data_options(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in DATA_KEYS if getattr(self, k) is not None}
@@ -190,8 +204,25 @@ def _check_arms(task_name: str, task: TaskSpec) -> None:
         if parent.type not in parents:
             raise ValueError(f"{where}: from: {arm.from_!r} is a {parent.type} arm; a {arm.type} arm starts from a {' or '.join(parents)} arm")
     for name, arm in task.arms.items():
+        if arm.labels_from is not None:
+            _check_labels_from(f"tasks.{task_name}.arms.{name}", task, arm)
         if arm.type == "distill" and arm.teacher is None and arm.from_ is None:
             raise ValueError(f"tasks.{task_name}.arms.{name}: a distill arm needs `teacher:` (a model or endpoint URL) or `from:` an arm whose model teaches")
+
+
+def _check_labels_from(where: str, task: TaskSpec, arm: ArmSpec) -> None:
+    source = task.arms.get(arm.labels_from)
+    if arm.type not in LABELS_FROM_TYPES:
+        raise ValueError(f"{where}: labels_from: a {arm.type} arm does not train on the task's labels; use it on a "
+                         f"{', '.join(LABELS_FROM_TYPES)} arm")
+    if source is None or source.type != "relabel":
+        found = f"a {source.type} arm" if source else "not an arm of the task"
+        relabels = [n for n, a in task.arms.items() if a.type == "relabel"]
+        raise ValueError(f"{where}: labels_from: {arm.labels_from!r} is {found}; name a relabel arm of the task "
+                         f"({', '.join(relabels) or 'none yet: add one, e.g. relabel: {type: relabel, judge: ...}'})")
+    if task.label_noise > 0:
+        raise ValueError(f"{where}: labels_from: {arm.labels_from!r} with label_noise={task.label_noise}: flipped labels "
+                         "and another answer key are two controls; run them in separate tasks")
 
 
 def _runs(name: str, arm: ArmSpec, seeds: list[int] | None) -> list[tuple[str, int | None]]:
@@ -231,7 +262,7 @@ def expand_replicates(task_name: str, task: TaskSpec, tuned: set[str] | frozense
         for _, seed in runs[name]:
             extra = dict(arm.options()) | ({"seed": seed} if seed is not None and arm.type != "threshold" else {})
             fields = {"type": arm.type, "from": _parent_run(where, arm, parent, seed), "teacher": arm.teacher,
-                      "replicate_of": name if len(runs[name]) > 1 else None, "tune": arm.tune,
+                      "replicate_of": name if len(runs[name]) > 1 else None, "tune": arm.tune, "labels_from": arm.labels_from,
                       "tuned_by": first_run if name in tuned and seed != first_seed else None}
             specs[name].append(ArmSpec.model_validate(fields | extra))
     return {run: spec for name in task.arms for (run, _), spec in zip(runs[name], specs[name])}
@@ -252,9 +283,11 @@ def _parent_run(where: str, arm: ArmSpec, parent: list[tuple[str, int | None]] |
 
 def requires(task: TaskSpec, arm_name: str) -> list[str]:
     """The arms this arm cannot run without: its ``from``, the run whose tuning it follows
-    (``tuned_by``), and a distill arm's teacher arm."""
+    (``tuned_by``), a distill arm's teacher arm, and the relabel arm whose labels it trains on."""
     arm = task.arms[arm_name]
     deps = [arm.from_] if arm.from_ else []
+    if arm.labels_from:
+        deps.append(arm.labels_from)
     if arm.tuned_by:  # a replicate trains with the values its first seed's run chose on val
         deps.append(arm.tuned_by)
     if arm.type == "distill" and arm.teacher in task.arms:

@@ -91,7 +91,8 @@ class Ladder:
         task_dir = self.run_dir / task_name
         self.console.rule(f"task {task_name}: {task.data}")
         tstate = self.state["tasks"].setdefault(task_name, {"arms": {}})
-        tstate.update(prepare_task(task, task_dir, self.recipe.seed), arm_order=run_order(task))
+        run_seeds = sorted({cfg.seed for a, cfg in self.configs[task_name].items() if FAMILY[task.arms[a].type] in ("sft", "rl")})
+        tstate.update(prepare_task(task, task_dir, self.recipe.seed, run_seeds=run_seeds), arm_order=run_order(task))
         self.save()
         for arm_name in run_order(task):
             self.run_arm(task_name, task, arm_name)
@@ -112,6 +113,7 @@ class Ladder:
         deps = requires(task, arm_name)
         st.update(type=arm.type, depends_on=deps, dir=f"{task_name}/{arm_name}", config=cfg.model_dump(mode="json"),
                   error=None, replicate_of=arm.replicate_of, seed=getattr(cfg, "seed", None), **{"from": arm.from_},
+                  labels_from=arm.labels_from,
                   **(_rl_fields(cfg) if FAMILY[arm.type] == "rl" else {}))
         blocked = [d for d in deps if arms.get(d, {}).get("status") != "done"]
         if blocked:
@@ -212,9 +214,10 @@ def rl_training_summary(arm_dir: Path) -> dict[str, Any]:
             "collapse": summary.get("collapse")}
 
 
-def prepare_task(task: TaskSpec, task_dir: Path, seed: int) -> dict[str, Any]:
+def prepare_task(task: TaskSpec, task_dir: Path, seed: int, run_seeds: list[int] | None = None) -> dict[str, Any]:
     """Load the data, make or reuse the shared splits, audit once, record the samples every arm
-    trains and is scored on (and the flipped labels); the task's state fields."""
+    trains and is scored on (and the flipped labels of each of ``run_seeds``, the seeds of the
+    training runs, with ``label_noise_seed: run``); the task's state fields."""
     from labelrl.audit import audit_dataset
     from labelrl.data.options import DataOptions
     from labelrl.data.prepare import load_checked_dataset
@@ -223,7 +226,7 @@ def prepare_task(task: TaskSpec, task_dir: Path, seed: int) -> dict[str, Any]:
     options = DataOptions(**task.data_options())
     dataset = load_checked_dataset(options)
     splits = load_or_make_splits(dataset, task_dir, seed=task.split_seed, ratios=options.ratios())
-    samples = record_samples(task, dataset, splits, task_dir)
+    samples = record_samples(task, dataset, splits, task_dir, run_seeds or [seed])
     labels = list(dataset.labels.labels)
     positive = task.positive_label or (labels[-1] if dataset.labels.kind == "binary" else None)
     if positive is not None and positive not in labels:
@@ -234,25 +237,34 @@ def prepare_task(task: TaskSpec, task_dir: Path, seed: int) -> dict[str, Any]:
     audit = json.loads(audit_path.read_text(encoding="utf-8")) if audit_path.is_file() else None
     return {"data": task.data, "kind": dataset.labels.kind, "labels": labels, "positive_label": positive,
             "ood": list(task.ood), "splits": splits.sizes(), "split_ratios": list(splits.ratios),
-            "label_noise": task.label_noise, "success_threshold": task.success_threshold, "samples": samples,
+            "label_noise": task.label_noise, "label_noise_seed": task.label_noise_seed, "success_threshold": task.success_threshold, "samples": samples,
             **label_ceiling(audit)}
 
 
-def record_samples(task: TaskSpec, dataset, splits, task_dir: Path) -> dict[str, dict]:
+def record_samples(task: TaskSpec, dataset, splits, task_dir: Path, run_seeds: list[int]) -> dict[str, dict]:
     """``TASK/samples.json``: per split, the sample every arm uses (``limit``, ``eval_limit``,
     ``holdout_limit``; labelrl.data.sample) with its label counts next to the whole split's, and
-    ``TASK/label_noise.json`` when training labels are flipped. Returns the counts (no ids)."""
-    from labelrl.data.prepare import LABEL_NOISE_FILE, noise_record
-    from labelrl.data.sample import flip_labels, sample_examples, sample_record
+    ``TASK/label_noise.json`` when training labels are flipped: the flips every run trains on
+    (``label_noise_seed: split``), or per seed of ``run_seeds`` the flips of the runs with that
+    seed (``run``; each run also saves its own). Returns the counts (no ids)."""
+    from labelrl.data.prepare import LABEL_NOISE_FILE, draw_training_sample
+    from labelrl.data.sample import sample_examples, sample_record
     from labelrl.data.split import select
 
-    train = select(dataset, splits, "train")
-    if task.label_noise > 0:
-        train, flips = flip_labels(train, dataset.labels.labels, task.label_noise, splits.seed)
-        _write_if_changed(task_dir / LABEL_NOISE_FILE, noise_record(task.label_noise, splits.seed, len(train), flips))
-    records = {}
-    for split, full, limit in (("train", train, task.limit), ("val", select(dataset, splits, "val"), task.eval_limit),
-                               ("holdout", select(dataset, splits, "holdout"), task.holdout_limit)):
+    def draw(run_seed: int):
+        return draw_training_sample(select(dataset, splits, "train"), dataset.labels.labels, limit=task.limit,
+                                    split_seed=splits.seed, rate=task.label_noise, noise_seed=task.label_noise_seed,
+                                    run_seed=run_seed)
+
+    drawn = draw(run_seeds[0])
+    if task.label_noise > 0 and task.label_noise_seed == "split":
+        _write_if_changed(task_dir / LABEL_NOISE_FILE, drawn.noise)
+    elif task.label_noise > 0:
+        _write_if_changed(task_dir / LABEL_NOISE_FILE, {"label_noise": task.label_noise, "label_noise_seed": "run",
+                                                        "by_seed": {str(s): draw(s).noise for s in run_seeds}})
+    records = {"train": drawn.record}
+    for split, limit in (("val", task.eval_limit), ("holdout", task.holdout_limit)):
+        full = select(dataset, splits, split)
         records[split] = sample_record(split, sample_examples(full, limit, splits.seed), full, seed=splits.seed, limit=limit)
     _write_if_changed(task_dir / "samples.json", records)
     return {split: {k: v for k, v in r.items() if k != "ids"} for split, r in records.items()}

@@ -7,7 +7,9 @@ block types and both serialisers. A section whose inputs are absent says so in o
 failed or skipped arm appears in the table with its error or reason.
 
 0. the verdict per task: each RL arm against SFT, SFT + threshold and the recall-matched
-   threshold, paired over items and seeds ("no detectable difference" when the interval covers 0);
+   threshold, paired over items and seeds ("no detectable difference" when the interval covers 0),
+   on the holdout and on each OOD set; a direct RL arm's greedy-generation operating point; with
+   2+ seeds the stability figures and CoRPO against GRPO by seed (``verdict_tables``);
 1. comparison table per task: every arm's val / holdout / OOD metrics with 95% intervals, the
    audit's ceiling, the majority-class constant predictor, RL arms collapsed to one answer,
    repeat-holdout marks, failed and skipped arms, replicate means over seeds,

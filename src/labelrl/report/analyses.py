@@ -5,13 +5,17 @@
 * the parser and sampling checks (section 9): the reward a lenient parser would have paid on the
   same rollouts (``labelrl rescore``), and pass@k of the SFT and RL models on val;
 * the labels themselves (section 10): the audit per split and, with a relabel arm, the relabel
-  summary next to the original labels' duplicate agreement.
+  summary next to the original labels' duplicate agreement; with an arm trained on a relabel
+  arm's labels (``labels_from``), the four cells trained on either labels × scored against either;
+* how injected label noise was seeded (``noise_seed_words``, in the samples table's caption).
 
 Every figure and table is built from the run's files (``collect``); nothing loads a model.
 """
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Callable
 
 from labelrl import metrics_keys as K
@@ -106,6 +110,9 @@ def labels(task: TaskData, sink: FigureSink) -> list[Block]:
     for arm in task.arms:
         if arm.relabel:
             blocks.append(_relabel_table(task, arm))
+    for arm in task.arms:
+        if label_source(arm) and arm.holdout:
+            blocks.append(four_cells(task, arm))
     return blocks
 
 
@@ -129,7 +136,82 @@ def _relabel_table(task: TaskData, arm: ArmData) -> TableBlock:
                      fmt_ci(audit.get("kappa"), audit.get("kappa_ci")), "1 − d over duplicate pairs (labelrl audit)"])
     return TableBlock(["comparison", "items / pairs", "agreement [95% CI]", "Cohen's κ", "note"], rows,
                       f"{task.name} / {arm.name}: relabelling by {r.get('judge', '?')}; the final label differs from the "
-                      f"original for {r.get('n_changed')} items (noisy vs clean: rows 'vs {arm.name}' in the comparison table)")
+                      f"original for {r.get('n_changed')} items. Every evaluation is also scored against these labels: a "
+                      f"second answer key, not ground truth (rows 'vs {arm.name}' in the comparison table)")
+
+
+def label_source(arm: ArmData) -> str | None:
+    """The relabel arm whose labels ``arm`` trained on (its ``train_labels``, that arm's
+    ``answer_key.json``, wired by the ladder from ``labels_from``); None: the data's labels."""
+    path = (arm.config or {}).get("train_labels")
+    return Path(str(path)).parent.name if path else None
+
+
+def trained_on_original(task: TaskData, arm: ArmData) -> ArmData | None:
+    """The run ``arm`` is contrasted with: the first of the task's runs of the same type, preset
+    and seed trained on the data's own labels, starting from ``arm``'s parent or from the run
+    its parent is contrasted with (so an RL arm from an SFT arm on relabelled labels is set
+    against the same RL arm from the SFT arm on the original labels)."""
+    by_name = {a.name: a for a in task.arms}
+    parent = by_name.get(arm.parent) if arm.parent else None
+    starts = {arm.parent}
+    if parent is not None and label_source(parent):
+        twin = trained_on_original(task, parent)
+        starts.add(twin.name if twin else None)
+    return next((a for a in task.arms if a.name != arm.name and a.type == arm.type and a.preset == arm.preset
+                 and a.seed == arm.seed and label_source(a) is None and a.parent in starts), None)
+
+
+def four_cells(task: TaskData, arm: ArmData) -> TableBlock:
+    """The seed's noisy/clean table for one run trained on a relabel arm's labels: holdout
+    balanced accuracy of it and of its twin on the original labels (``trained_on_original``),
+    each scored against the original holdout labels and against the relabel arm's."""
+    source, twin = label_source(arm), trained_on_original(task, arm)
+
+    def cells(a: ArmData | None) -> list[str]:
+        if a is None:
+            return ["none: no run of the same type and seed trains on the original labels", "—", "—"]
+        keyed = (a.answer_keys.get(source) or {}).get("holdout") or {}
+        return [a.name, *(fmt_ci(m.get("balanced_accuracy"), m.get("balanced_accuracy_ci")) for m in (a.holdout or {}, keyed))]
+
+    rows = [["the data's own labels (\"noisy\")", *cells(twin)], [f"{source}'s final labels (\"clean\")", *cells(arm)]]
+    relabelled = _read_json(task.dir / arm.name / "train_labels.json")
+    judge = next((a.relabel.get("judge") for a in task.arms if a.name == source and a.relabel), None)
+    took = (f"{relabelled['n_replaced']} of its {relabelled['n_train']} training labels taken from {source} "
+            f"({relabelled['n_changed']} different from the original; {relabelled['n_kept_original']} without a "
+            f"{source} label kept their own)" if relabelled else f"its training labels taken from {source}")
+    caption = (f"{task.name}: trained on noisy or clean labels × scored against a noisy or clean key, holdout balanced "
+               f"accuracy [95% CI]. {arm.name} ({arm.type}) trained on the same items as "
+               f"{twin.name if twin else 'its twin'}, {took}; val and holdout items are the same for both. \"Clean\" "
+               f"means the final labels of the relabel arm {source}{f' (judge {judge})' if judge else ''}: a second "
+               "answer key, not ground truth; \"noisy\" means the data's own labels.")
+    return TableBlock(["trained on", "arm", "scored against the data's labels", f"scored against {source}'s labels"],
+                      rows, caption)
+
+
+def noise_seed_words(task: TaskData) -> str:
+    """How the task's injected label noise was seeded, for the samples table's caption (from
+    ``TASK/label_noise.json``; a file without the key was written when the split seed was the
+    only choice)."""
+    record = _read_json(task.dir / "label_noise.json")
+    if not record:
+        return ""
+    if record.get("label_noise_seed", "split") == "split":
+        return ("; label_noise_seed: split, the same flipped items for every run (seeded by the split seed "
+                f"{record.get('seed')})")
+    by_seed = record.get("by_seed") or {}
+    flipped = ", ".join(f"seed {s}: {r.get('n_flipped')} of {r.get('n_train')} flipped" for s, r in by_seed.items() if r)
+    return (f"; label_noise_seed: run, other flipped items for each run seed (the same training items, flips "
+            f"seeded by the run's seed; {flipped or 'per run in ARM/label_noise.json'})")
+
+
+def _read_json(path: Path) -> dict | None:
+    """A JSON object the report shows a part of; None when absent or unreadable (its part is left out)."""
+    try:
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return value if isinstance(value, dict) else None
 
 
 def _split_audit(task: TaskData) -> list[Block]:

@@ -138,6 +138,7 @@ class TaskData:
     ambiguous: dict[str, set] = field(default_factory=dict)  # kind → item ids (for the residue drift)
     train_ids: list[str] = field(default_factory=list)  # the training sample
     majority: dict | None = None  # analysis/majority.json: the majority-class predictor's label, val and holdout metrics
+    stability: dict | None = None  # analysis/stability.json: figures over seeds and steps (labelrl.ladder.stability)
 
     def rl_arms(self) -> list[ArmData]:
         return [a for a in self.arms if a.is_rl]
@@ -462,6 +463,7 @@ def _read_task(name: str, entry: dict, run_dir: Path, problems: list[str]) -> Ta
     task.sweep = next(iter(task.sweeps.values()), None)
     task.compare = read_json(analysis / "compare.json", problems)
     task.majority = read_json(analysis / "majority.json", problems)
+    task.stability = read_json(analysis / "stability.json", problems)
     task.verdict = [v for v in (entry.get("verdict") or []) if isinstance(v, dict)]
     paired = _read_json_list(analysis / "paired.json", problems)
     task.paired = [c for c in paired if isinstance(c, dict) and isinstance(c.get("result"), dict)]

@@ -12,8 +12,10 @@ import statistics
 from collections import defaultdict
 
 from labelrl.report import figures as F
+from labelrl.report.analyses import noise_seed_words
 from labelrl.report.collect import ArmData, RunData, TaskData
 from labelrl.report.render import Block, FigureSink, Items, Para, TableBlock, fmt, fmt_ci
+from labelrl.report.verdict_tables import generation_table, stability_tables
 
 KIND_TEXT = {"vs_sft": "against its SFT parent", "vs_threshold": "against SFT + threshold chosen on val",
              "vs_recall_matched": "against SFT at its own val recall", "ablation": "ablation (same parent)"}
@@ -26,13 +28,16 @@ DELTA_TEXT |= {"roc_auc": "ΔROC-AUC", "recall": "Δrecall", "precision": "Δpre
 
 def verdict(task: TaskData, sink: FigureSink) -> list[Block]:
     """The task's verdict lines: each RL arm against SFT, SFT + threshold and the recall-matched
-    threshold (paired, with intervals and seeds), its operating point and failed-positive share."""
+    threshold (paired, with intervals and seeds) on the holdout and on each OOD set, its operating
+    point and failed-positive share; then a direct RL arm's greedy-generation operating point and
+    the stability figures over seeds (labelrl.report.verdict_tables)."""
     if not task.verdict:
         return []
     lines = [v.get("text", "") for v in task.verdict if v.get("text")]
-    head = (f"{task.name} ({task.data}): holdout comparisons paired on the same items; an interval covering 0 is "
+    sets = "the holdout" + (f" and on each OOD set's holdout ({', '.join(task.ood_names)})" if task.ood_names else "")
+    head = (f"{task.name} ({task.data}): comparisons on {sets}, paired on the same items; an interval covering 0 is "
             "\"no detectable difference\".")
-    return [Para(head), Items(lines)]
+    return [Para(head), Items(lines), *generation_table(task), *stability_tables(task)]
 
 
 def paired_table(task: TaskData) -> list[Block]:
@@ -49,13 +54,21 @@ def paired_table(task: TaskData) -> list[Block]:
         p_values = ", ".join(fmt(t.get("p_value"), 3) for t in r.get("mcnemar") or [])
         diff = "; ".join(f"{k}: {a} → {b}" for k, (a, b) in (c.get("config_diff") or {}).items())
         runs = r.get("n_runs") or [1, 1]
-        rows.append([f"{c['b']} vs {c['a']}", KIND_TEXT.get(c["kind"], c["kind"]), fmt(r.get("n"), 0),
+        rows.append([f"{c['b']} vs {c['a']}", KIND_TEXT.get(c["kind"], c["kind"]), _set_name(c), fmt(r.get("n"), 0),
                      f"{runs[0]} / {runs[1]}", *cells, p_values or "—", _verdict_cell(c), diff or "—"])
-    columns = ["B vs A", "comparison", "items", "runs A / B", *[f"{DELTA_TEXT[m]} (B − A) [95% CI]" for m in metrics],
+    columns = ["B vs A", "comparison", "set", "items", "runs A / B", *[f"{DELTA_TEXT[m]} (B − A) [95% CI]" for m in metrics],
                "McNemar p (per run pair)", "verdict", "config that differs (A → B)"]
-    caption = (f"{task.name}: paired comparisons on the holdout (bootstrap over items and seeds, "
+    ood = any(_set_name(c) != "holdout" for c in task.paired)
+    caption = (f"{task.name}: paired comparisons on the holdout{' and on each OOD set (its holdout)' if ood else ''} "
+               "(bootstrap over items and seeds, "
                f"{task.paired[0]['result'].get('n_boot', '?')} resamples)")
     return [TableBlock(columns, rows, caption)]
+
+
+def _set_name(c: dict) -> str:
+    """The evaluation set a comparison was made on: ``holdout`` or ``OOD NAME`` (labelrl.ladder.paired_arms)."""
+    split = c.get("split") or "holdout"
+    return "holdout" if split == "holdout" else f"OOD {split.removeprefix('ood-')}"
 
 
 def _verdict_cell(c: dict) -> str:
@@ -79,7 +92,8 @@ def samples_table(task: TaskData) -> list[Block]:
         rows.append([split, "all" if s.get("limit") is None else f"{s.get('limit')} (random, stratified)",
                      f"{s.get('n')} of {s.get('n_split')}", *[f"{counts.get(x, 0)} / {full.get(x, 0)}" for x in labels]])
     caption = (f"{task.name}: the items every arm used (sample / whole split, per label; seed {next(iter(task.samples.values())).get('seed')})"
-               + (f"; training labels flipped at rate {task.label_noise:g}" if task.label_noise else ""))
+               + (f"; training labels flipped at rate {task.label_noise:g}" if task.label_noise else "")
+               + (noise_seed_words(task) if task.label_noise else ""))  # labelrl.report.analyses: split or run seed
     return [TableBlock(["split", "limit", "items", *[f"label {x}" for x in labels]], rows, caption)]
 
 

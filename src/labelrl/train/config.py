@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from labelrl.data.options import DataOptions
 from labelrl.models.precision import PRECISION_HELP
+from labelrl.train.presets import PRESETS
 
 
 class ModelOptions(BaseModel):
@@ -93,8 +94,8 @@ class RLConfig(DataOptions, ModelOptions):
     failure_reward: Optional[float] = Field(None, description="Reward of an unparseable completion (format gate); defaults to --incorrect-reward.")
     class_reward: Optional[str] = Field(None, description="Per reference label, the reward of a correct answer and after '/' of a wrong one, e.g. 'spam=2,ham=1/-0.5': steers precision against recall through the reward alone.")
     reward_table: Optional[Path] = Field(None, description="YAML/JSON file with a full reward table reference → prediction → reward (e.g. an asymmetric ordinal table); replaces the correct/incorrect/class rewards.")
-    truncation: Literal["zero", "mask", "soft_penalty"] = Field("zero", description="Completions that hit the cap: scored as failure, excluded from the loss, or DAPO's overlong penalty.")
-    overlong_cache: int = Field(8, ge=1, description="soft_penalty: the penalty ramps from 0 to −1 over the last N tokens before the cap.")
+    truncation: Optional[Literal["zero", "mask", "soft_penalty"]] = Field(None, description="Completions that hit the cap: scored as failure (zero), excluded from the loss (mask), or DAPO's soft overlong penalty on every reward (soft_penalty, DAPO Eq. 13). Default: the preset's (soft_penalty for dapo, as DAPO ships it; zero for the others).")
+    overlong_cache: Optional[int] = Field(None, ge=1, description="soft_penalty: the penalty ramps from 0 to −1 over the last N tokens before the cap (L_cache of DAPO Eq. 13). Default: a fifth of --max-new-tokens (at least 1), DAPO's 4,096 of 20,480.")
     parse_mode: Literal["strict", "lenient"] = Field("strict", description="Answer parser; lenient exists only to show what it does to the reward.")
     dynamic_sampling: bool = Field(False, description="Keep drawing prompts until B informative groups are found (DAPO), up to --max-sampling-rounds.")
     max_sampling_rounds: int = Field(4, ge=1, description="Dynamic sampling: at most this many rounds of B prompts per step.")
@@ -116,6 +117,10 @@ class RLConfig(DataOptions, ModelOptions):
     def _check(self) -> "RLConfig":
         if self.learning_rate is None:  # measured defaults, one per way of training (Field help)
             self.learning_rate = RL_LR_LORA if self.lora else RL_LR_FULL
+        if self.truncation is None:  # the preset's policy (labelrl.train.presets), resolved here so the saved config names it
+            self.truncation = PRESETS[self.preset].truncation
+        if self.overlong_cache is None:  # DAPO's proportion: L_cache = 4,096 of L_max = 20,480 (§3.4, Eq. 13)
+            self.overlong_cache = max(1, self.max_new_tokens // 5)
         if self.group_size < 2:
             raise ValueError(
                 f"group_size={self.group_size}: group-relative RL needs at least 2 completions per prompt; set --group-size 2 or more"

@@ -8,6 +8,10 @@ Pure Python (no torch), so configs and ``--help`` can use it cheaply.
 Every preset uses the ``clip`` surrogate: with one on-policy pass the ratio is 1 and clip
 equals ``pg`` in value and gradient, and with ``ppo_epochs > 1`` clipping is what keeps the
 reused batch safe.
+
+Every preset also names its truncation policy (``labelrl.rewards.truncation``), the default
+when ``--truncation`` is not given: ``zero`` for all but ``dapo``, which ships with DAPO's soft
+overlong punishment (Yu et al. 2025, §3.4 "Overlong Reward Shaping", Eq. 13) as DAPO does.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ class Preset:
     ``estimator_options`` go to ``compute_advantages`` and ``surrogate_options`` to the
     surrogate (read-only mappings; copy with ``dict(...)``). ``dynamic_sampling`` asks the
     trainer to keep drawing prompts until the batch holds enough informative groups (DAPO).
+    ``truncation`` is the policy for completions that hit the token cap when the run names none.
     """
 
     estimator: str
@@ -37,6 +42,7 @@ class Preset:
     surrogate_options: Mapping[str, Any] = field(default_factory=_frozen)
     description: str = ""
     dynamic_sampling: bool = False
+    truncation: str = "zero"
 
 
 PPO_CLIP = _frozen({"eps_low": 0.2, "eps_high": 0.2})
@@ -52,8 +58,11 @@ PRESETS: Mapping[str, Preset] = MappingProxyType({
     ),
     "dapo": Preset(
         "grpo", "clip", "token_mean", surrogate_options=_frozen({"eps_low": 0.2, "eps_high": 0.28}),
-        dynamic_sampling=True,
-        description="DAPO (Yu et al. 2025): clip-higher (0.2/0.28), token-level mean, dynamic sampling.",
+        # DAPO trains with all three of its length-and-sampling parts on: clip-higher, dynamic
+        # sampling, and the soft overlong punishment of Eq. 13 added to every reward (§3.4).
+        dynamic_sampling=True, truncation="soft_penalty",
+        description="DAPO (Yu et al. 2025): clip-higher (0.2/0.28), token-level mean, dynamic sampling, "
+                    "soft overlong punishment (Eq. 13).",
     ),
     # CoRPO shares Dr. GRPO's aggregation: its advantages are in reward units like Dr. GRPO's
     # and equal them whenever a group's mean reaches τ, so the corpo and dr_grpo presets differ
@@ -72,14 +81,14 @@ PRESETS: Mapping[str, Preset] = MappingProxyType({
 })
 
 _KNOBS = ("estimator", "surrogate", "aggregation")
-_OVERRIDABLE = (*_KNOBS, "estimator_options", "surrogate_options", "dynamic_sampling")
+_OVERRIDABLE = (*_KNOBS, "estimator_options", "surrogate_options", "dynamic_sampling", "truncation")
 
 
 def resolve_preset(name: str, **overrides: Any) -> Preset:
     """The preset ``name`` with ``overrides`` applied; ``None`` values are ignored.
 
     Overridable: estimator, surrogate, aggregation, estimator_options, surrogate_options,
-    dynamic_sampling. Switching the estimator (or surrogate) to another name drops the
+    dynamic_sampling, truncation. Switching the estimator (or surrogate) to another name drops the
     preset's options for it, since they belong to the old one; pass ``estimator_options``
     (``surrogate_options``) to set the new one's. Names are checked by the registries when
     the trainer looks them up.
