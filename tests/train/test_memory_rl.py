@@ -54,13 +54,26 @@ def test_the_plan_prices_the_measured_pass_and_reads_memory_before_probing(monke
     read = []
     monkeypatch.setattr(M, "current_bytes", lambda device: read.append("memory") or 10 * M.GIB)
 
-    def measured() -> float:
+    def measured(device) -> float:
         read.append("probe")
-        return 1.0 * M.GIB
+        return 1.5 * M.GIB
 
     plan = M.plan_memory(model, torch.float32, tokens=100, logit_positions=0, requested=None, budget_gib=100.0,
-                         pass_saved_bytes=measured, pass_heap_growth=1.5)
+                         pass_growth_bytes=measured)
     assert read == ["memory", "probe"]
     trainable = sum(p.numel() for p in model.parameters()) * M.OPTIMIZER_BYTES_PER_TRAINABLE
-    # 10 GiB held + the optimizer state + 1.5 × the 1 GiB the pass saves
+    # 10 GiB held + the optimizer state + the 1.5 GiB the pass adds
     assert plan.predicted_peak_mb * 2**20 == pytest.approx(10 * M.GIB + trainable + 1.5 * M.GIB)
+    assert plan.held_mb * 2**20 == pytest.approx(10 * M.GIB + trainable)
+
+
+def test_the_cpu_growth_scales_the_saved_bytes_and_adds_the_fixed_part(monkeypatch):
+    model = tiny_llama()
+    monkeypatch.setattr(R, "rl_pass_saved_bytes", lambda model, shape, dtype: 1000.0)
+    frozen = sum(p.numel() for p in model.parameters())  # a plain model: LoRA-free, every weight
+    for param in model.parameters():
+        param.requires_grad = False
+    shape = R.PassShape(4, 2, 0, 10, 4)
+    cpu = R.rl_pass_growth_bytes(model, shape, torch.float32, torch.device("cpu"))
+    assert cpu == pytest.approx(R.HEAP_GROWTH_RL * 1000.0 + R.FIXED_BYTES_PER_FROZEN_WEIGHT * frozen)
+    assert R.rl_pass_growth_bytes(model, shape, torch.float32, torch.device("meta")) == 1000.0  # not a CPU heap

@@ -71,6 +71,7 @@ class MemoryPlan:
     tokens: int  # token positions of the largest batch
     fits: bool
     knobs: str = "--batch-size or --max-length"  # what to lower when nothing fits
+    held_mb: float = 0.0  # of the prediction: what the process holds whatever the batch (model, kept weights, optimizer)
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -202,15 +203,15 @@ def activation_growth_bytes(cost: ActivationCost, tokens: int, model, checkpoint
 def plan_memory(model, dtype: torch.dtype, *, tokens: int, tokens_checkpointed: int | None = None,
                 logit_positions: int, requested: bool | None, budget_gib: float | None,
                 held_bytes: int = 0, knobs: str = "--batch-size or --max-length",
-                pass_saved_bytes: Callable[[], float] | None = None, pass_heap_growth: float = 1.0) -> MemoryPlan:
+                pass_growth_bytes: Callable[[torch.device], float] | None = None) -> MemoryPlan:
     """Predict the peak of a batch of ``tokens`` positions (``tokens_checkpointed`` when the
     checkpointed pass forwards more, as RL's plain pass does) whose loss reads
     ``logit_positions`` logits, and decide on checkpointing (``requested`` wins when set).
     ``held_bytes``: what the run will hold through its training passes that it does not hold
-    yet (RL: the sampler's packed weights). ``pass_saved_bytes``: measures what the
-    uncheckpointed pass saves on its own shape (RL's shared pass, ``labelrl.train.memory_rl``,
-    its logits included once), grown on a CPU by ``pass_heap_growth``; else the plain probe's
-    line prices ``tokens``. Probes run after the process's memory is read: the heap they leave
+    yet (RL: the sampler's packed weights). ``pass_growth_bytes(device)``: what the
+    uncheckpointed pass adds to the peak, measured on its own shape (RL's shared pass,
+    ``labelrl.train.memory_rl``, its logits included once); else the plain probe's line prices
+    ``tokens``. Probes run after the process's memory is read: the heap they leave
     behind is reused by the run, not added to it. Unforced, checkpointing is on only when the plain
     prediction is above the budget and the checkpointed one below both: RL's checkpointed pass
     forwards each prompt G times and can cost more. When neither fits, the plan names
@@ -222,11 +223,10 @@ def plan_memory(model, dtype: torch.dtype, *, tokens: int, tokens_checkpointed: 
     base = (current_bytes(device) + held_bytes + cast_weights_to_keep(model, dtype)
             + trainable * OPTIMIZER_BYTES_PER_TRAINABLE)
     cost = probe_activations(model, dtype)
-    if pass_saved_bytes is None:
+    if pass_growth_bytes is None:
         plain = base + LOGIT_COPIES * logit_bytes + activation_growth_bytes(cost, tokens, model, False, device)
     else:  # the measured pass saved its logits once; their gradient and the softmax's workspace remain
-        growth = pass_heap_growth if device.type == "cpu" else 1.0
-        plain = base + (LOGIT_COPIES - 1) * logit_bytes + growth * pass_saved_bytes()
+        plain = base + (LOGIT_COPIES - 1) * logit_bytes + pass_growth_bytes(device)
     checkpointed = (base + LOGIT_COPIES * logit_bytes
                     + activation_growth_bytes(cost, tokens_checkpointed or tokens, model, True, device))
     if requested is not None:
@@ -243,7 +243,7 @@ def plan_memory(model, dtype: torch.dtype, *, tokens: int, tokens_checkpointed: 
     peak = checkpointed if use else plain
     return MemoryPlan(gradient_checkpointing=use, reason=reason, budget_mb=(budget or 0) / 2**20,
                       predicted_peak_mb=plain / 2**20, predicted_peak_checkpointed_mb=checkpointed / 2**20,
-                      tokens=tokens, fits=budget is None or peak <= budget, knobs=knobs)
+                      tokens=tokens, fits=budget is None or peak <= budget, knobs=knobs, held_mb=base / 2**20)
 
 
 def set_checkpointing(model, on: bool, dtype: torch.dtype | None = None) -> None:

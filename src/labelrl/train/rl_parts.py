@@ -24,7 +24,7 @@ from labelrl.rollout.sampler import pad_id
 from labelrl.train.collapse import answer_shares
 from labelrl.train.distributed import gather_objects
 from labelrl.train.memory import plan_memory
-from labelrl.train.memory_rl import HEAP_GROWTH_RL, PassShape, rl_pass_saved_bytes
+from labelrl.train.memory_rl import PassShape, rl_pass_growth_bytes
 from labelrl.train.presets import resolve_preset
 from labelrl.train.setup import peak_memory_mb  # noqa: F401  (re-exported for the loop)
 from labelrl.types import LabelSpace
@@ -122,8 +122,7 @@ def plan_rl_memory(cfg, model, dtype: torch.dtype, prompts: list[list[int]], sha
                        tokens_checkpointed=prompts_here * G * (longest + T), logit_positions=prompts_here * G * T,
                        requested=cfg.gradient_checkpointing, budget_gib=cfg.memory_budget, held_bytes=held,
                        knobs="--prompts-per-step, --group-size or --max-new-tokens",
-                       pass_saved_bytes=lambda: rl_pass_saved_bytes(model, shape, dtype),
-                       pass_heap_growth=HEAP_GROWTH_RL)
+                       pass_growth_bytes=lambda device: rl_pass_growth_bytes(model, shape, dtype, device))
 
 
 def step_seed(seed: int, step: int, round_index: int) -> int:
