@@ -119,6 +119,19 @@ def run_ok(argv: list[str]) -> subprocess.CompletedProcess:
     return proc
 
 
+def run_distill(argv: list[str]) -> subprocess.CompletedProcess:
+    """A distill run that asked every item: it ends well, or, when the served raw SmolLM2 wrote
+    no well-formed trace (it does not follow the reasoning format), with distill's own "no trace
+    kept" error, its attempts journaled. What these tests check is the transport, not the traces."""
+    proc = subprocess.run(argv, env=cli_env(), capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0 or (proc.returncode == 2 and "no trace kept" in proc.stderr), proc.stderr[-3000:]
+    return proc
+
+
+def output_bytes(path: Path) -> bytes | None:
+    return path.read_bytes() if path.is_file() else None
+
+
 def answer_lines(journal: Path) -> int:
     try:
         return max(journal.read_bytes().count(b"\n") - 1, 0)  # line 1 is the header
@@ -142,11 +155,12 @@ def straight(served, files, tmp_path_factory):
     for name, argv_of, key in (("relabel", relabel_argv, relabel_key), ("distill", distill_argv, distill_key)):
         since = len(served.requests())
         started = time.monotonic()
-        run_ok(argv_of(files, served.url, root / f"{name}.jsonl", retries=0, backoff=0.5))
+        (run_ok if name == "relabel" else run_distill)(argv_of(files, served.url, root / f"{name}.jsonl", retries=0,
+                                                               backoff=0.5))
         print(f"uninterrupted {name}: {time.monotonic() - started:.1f} s", flush=True)
         journal = root / (f"{name}.journal.jsonl" if name == "relabel" else f"{name}.attempts.jsonl")
         requests = chat_requests(served, since)
-        out[name] = {"journal": journal.read_bytes(), "out": (root / f"{name}.jsonl").read_bytes(),
+        out[name] = {"journal": journal.read_bytes(), "out": output_bytes(root / f"{name}.jsonl"),
                      "requests": requests, "keys": [key(r.body) for r in requests]}
     return out
 
@@ -262,8 +276,8 @@ def test_distill_stops_with_a_clear_error_then_resumes_after_the_restart(served,
     assert journal.read_bytes() == at_kill  # nothing more was journaled after the kill
     served.start()
     print(f"\nvLLM server restarted in {served.starts[-1]:.1f} s", flush=True)
-    run_ok(argv)
+    run_distill(argv)
     check_resumed(served, since, prefix, at_kill, journal, straight["distill"], distill_key,
                   lambda record: (record["id"], record["attempt"]))
-    assert out.read_bytes() == straight["distill"]["out"]
+    assert output_bytes(out) == straight["distill"]["out"]
     print(f"distill with a server restart: {time.monotonic() - started:.1f} s", flush=True)
