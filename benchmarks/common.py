@@ -75,3 +75,20 @@ def cpu_line() -> str:
     shown = ", ".join(f for f in wanted if f in flags) or "none of " + "/".join(wanted)
     native = "native bf16" if {"avx512_bf16", "amx_bf16"} & flags else "bf16 emulated"
     return f"CPU: {model} ({shown}; {native}); torch threads {torch.get_num_threads()}"
+
+
+def timing_args(description: str):
+    """The options the per-workload timing scripts share (``--json``, ``--runs``, ``--precision``,
+    ``--threads``), parsed, with the thread count applied."""
+    import argparse
+    from pathlib import Path
+
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--precision", choices=sorted(DTYPES), default="bf16")
+    parser.add_argument("--threads", type=int, default=None)
+    args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    return args

@@ -18,18 +18,16 @@ weights 2 per weight per token), next to the 2048² matrix product's rate in the
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import os
 import statistics
 import time
 from collections import defaultdict
-from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import torch  # noqa: E402
-from common import DTYPES, busy_note, cpu_line, forward_flops, machine_rates  # noqa: E402  (benchmarks/common.py)
+from common import DTYPES, busy_note, cpu_line, forward_flops, machine_rates, timing_args  # noqa: E402  (benchmarks/common.py)
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
@@ -107,14 +105,7 @@ def casts_per_call():
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--json", type=Path, default=None)
-    parser.add_argument("--runs", type=int, default=5)
-    parser.add_argument("--precision", choices=sorted(DTYPES), default="bf16")
-    parser.add_argument("--threads", type=int, default=None)
-    args = parser.parse_args()
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    args = timing_args(__doc__.split("\n\n")[0])
     dtype, console = DTYPES[args.precision], Console()
     console.print(cpu_line(), highlight=False)
     model, tokenizer = lora_model()

@@ -22,7 +22,6 @@ the load average are printed next to the table.
 
 from __future__ import annotations
 
-import argparse
 import os
 import statistics
 import time
@@ -42,7 +41,7 @@ from labelrl.evaluate.score import score_labels  # noqa: E402
 from labelrl.fileio import atomic_write_json  # noqa: E402
 from labelrl.rollout import completion_logprobs_shared  # noqa: E402
 from labelrl.train.sft import SFTItem, batch_layout, sft_loss  # noqa: E402
-from common import DTYPES, busy_note, cpu_line  # noqa: E402  (benchmarks/common.py)
+from common import DTYPES, busy_note, cpu_line, timing_args  # noqa: E402  (benchmarks/common.py)
 
 RUBRIC = Path(__file__).resolve().parents[1] / "src" / "labelrl" / "recipes" / "rubrics" / "sentiment5.md"
 TASKS = {"spam": ("sms-spam", None), "movies": ("vader-movies", RUBRIC)}
@@ -104,14 +103,7 @@ def timed(fn) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--json", type=Path, default=None)
-    parser.add_argument("--runs", type=int, default=5)
-    parser.add_argument("--precision", choices=sorted(DTYPES), default="bf16")
-    parser.add_argument("--threads", type=int, default=None)
-    args = parser.parse_args()
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    args = timing_args(__doc__.split("\n\n")[0])
     dtype, console = DTYPES[args.precision], Console()
     model, tokenizer = lora_model()
     on = prefix_module.MIN_SHARED
