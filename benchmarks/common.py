@@ -28,6 +28,22 @@ def machine_rates() -> dict[str, float]:
     return {name: matmul_flops(dtype=dtype) for name, dtype in DTYPES.items()}
 
 
+def read_bandwidth(megabytes: int = 512, repeats: int = 5) -> float:
+    """Bytes/s the CPU reads from memory: BLAS's dot product of a ``megabytes`` fp32 vector
+    (far larger than any cache) with itself, which reads each element once and streams as fast
+    as any kernel tried here (sums and maxima were slower or no faster), median of ``repeats``,
+    with torch's threads. Decoding a small model at a few rows reads every weight once per
+    step and does little arithmetic on it, so this rate bounds its tokens/s."""
+    data = torch.ones(megabytes * 2**20 // 4)
+    torch.dot(data, data)  # warm-up: pages touched
+    times = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        torch.dot(data, data)
+        times.append(time.perf_counter() - started)
+    return data.numel() * 4 / statistics.median(times)
+
+
 def rates_line(rates: dict[str, float]) -> str:
     return ("2048×2048 matmul: " + ", ".join(f"{name} {value / 1e9:.1f} GFLOP/s" for name, value in rates.items())
             + f" (bf16/fp32 {rates['bf16'] / rates['fp32']:.2f}×)")

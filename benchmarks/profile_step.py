@@ -7,13 +7,17 @@ log-softmax, the Python between operators).
 The pass is ``benchmarks/rl_step.py``'s: SmolLM2-135M-Instruct + LoRA r=16 (all linear
 layers), 2 sms-spam training prompts × G = 4 completions of 32 tokens, the shared-prompt
 forward (``completion_logprobs_shared``) and its backward. One warm-up pass, then ``--runs``
-profiled passes, twice: with the frozen base's bf16 copy kept between forward calls
-(``labelrl.models.precision.frozen_weights_cast_once``, the default) and without it ("before":
-autocast casts every frozen weight at every forward call); each operator's self time (its own, without the operators it calls) is
-summed per category over the passes. "outside operators" is the wall time minus every
-operator's self time: Python, the autograd engine's bookkeeping and module hooks. Model
-FLOP/s = 4 × P × (prompt + completion positions) / seconds (forward 2, backward through frozen
-weights 2 per weight per token), next to the 2048² matrix product's rate in the same precision.
+profiled passes of each of three variants, each keeping the changes before it: "before"
+(autocast casts every frozen weight at every forward call, and peft's LoRA forward computes
+the update in bf16), "base cast once" (the frozen base's bf16 copy kept between forward calls,
+``labelrl.models.precision.frozen_weights_cast_once``) and "after" (the adapter's update in
+fp32 without peft's casts, ``precision._lean_lora_forward``: the default). Each operator's
+self time (its own, without the operators it calls) is summed per category over the passes.
+"outside operators" is the wall time minus every operator's self time: Python, the autograd
+engine's bookkeeping and module hooks. Then ``--runs`` passes of each without the profiler,
+the variants alternating, for the seconds and rates. Model FLOP/s = 4 × P × (prompt +
+completion positions) / seconds (forward 2, backward through frozen weights 2 per weight per
+token), next to the 2048² matrix product's rate in the same precision.
 """
 
 from __future__ import annotations
@@ -91,17 +95,50 @@ def profile(model, prompts, completions, pad: int, dtype: torch.dtype, runs: int
 
 
 @contextlib.contextmanager
+def peft_adapter_forward():
+    """peft's own LoRA forward (the update's products in bf16 under autocast, its casts and
+    scaling product) instead of ``precision._lean_lora_forward``."""
+    from labelrl.models import precision
+
+    kept = precision._lora_layers
+    precision._lora_layers = lambda model: []
+    try:
+        yield
+    finally:
+        precision._lora_layers = kept
+
+
+@contextlib.contextmanager
 def casts_per_call():
     """The pass as it ran before the frozen base's bf16 copy was kept: autocast casts every
-    frozen weight at every forward call."""
+    frozen weight at every forward call (and peft's adapter forward, as then)."""
     from labelrl.models import precision
 
     kept = precision.frozen_weights_cast_once
     precision.frozen_weights_cast_once = lambda model, dtype: contextlib.nullcontext()
     try:
-        yield
+        with peft_adapter_forward():
+            yield
     finally:
         precision.frozen_weights_cast_once = kept
+
+
+# Each step keeps the ones before it: the first column is the pass before either change.
+VARIANTS = (("before", casts_per_call), ("base cast once", peft_adapter_forward),
+            ("after: + fp32 adapter update", contextlib.nullcontext))
+
+
+def unprofiled(model, prompts, completions, pad: int, dtype: torch.dtype, runs: int) -> dict[str, float]:
+    """Median seconds per pass of each variant without the profiler, variants alternating
+    pass by pass so that the machine's noise hits them alike."""
+    walls: dict[str, list[float]] = {label: [] for label, _ in VARIANTS}
+    for _ in range(runs):
+        for label, context in VARIANTS:
+            with context():
+                started = time.perf_counter()
+                one_pass(model, prompts, completions, pad, dtype)
+                walls[label].append(time.perf_counter() - started)
+    return {label: statistics.median(times) for label, times in walls.items()}
 
 
 def main() -> None:
@@ -114,25 +151,28 @@ def main() -> None:
     flops = 2 * forward_flops(model.get_base_model(), positions, len(completions) * NEW_TOKENS)
     rate = machine_rates()[args.precision]
     results = {}
-    for label, context in (("before", casts_per_call), ("after", contextlib.nullcontext)):
+    for label, context in VARIANTS:
         with context():
             shares, wall = profile(model, prompts, completions, tokenizer.pad_token_id, dtype, args.runs)
-        results[label] = {"seconds_per_pass": wall, "by_category": shares, "model_gflops": flops / wall / 1e9,
-                          "share_of_matmul_rate": flops / wall / rate}
+        results[label] = {"seconds_per_pass": wall, "by_category": shares}
+    for label, wall in unprofiled(model, prompts, completions, tokenizer.pad_token_id, dtype, args.runs).items():
+        results[label].update(unprofiled_seconds=wall, model_gflops=flops / wall / 1e9, share_of_matmul_rate=flops / wall / rate)
     table = Table(title=f"RL training pass, {PROMPTS} prompts × G={G} × {NEW_TOKENS} tokens, {args.precision}, "
                         f"{args.runs} profiled passes; ms per pass (share)")
     table.add_column("where")
     for label in results:
         table.add_column(label, justify="right")
-    names = sorted(results["after"]["by_category"], key=lambda k: -results["before"]["by_category"].get(k, 0.0))
+    names = sorted({k for r in results.values() for k in r["by_category"]},
+                   key=lambda k: -results["before"]["by_category"].get(k, 0.0))
     for name in names:
         cells = []
         for r in results.values():
             seconds, total = r["by_category"].get(name, 0.0), sum(r["by_category"].values())
             cells.append(f"{seconds * 1e3:.0f} ({seconds / total:.1%})")
         table.add_row(name, *cells)
-    table.add_row("median pass (s)", *(f"{r['seconds_per_pass']:.3f}" for r in results.values()))
-    table.add_row(f"model GFLOP/s (share of the 2048² {args.precision} product)",
+    table.add_row("median pass, profiled (s)", *(f"{r['seconds_per_pass']:.3f}" for r in results.values()))
+    table.add_row("median pass, unprofiled, alternating (s)", *(f"{r['unprofiled_seconds']:.3f}" for r in results.values()))
+    table.add_row(f"model GFLOP/s unprofiled (share of the 2048² {args.precision} product)",
                   *(f"{r['model_gflops']:.1f} ({r['share_of_matmul_rate']:.1%})" for r in results.values()))
     console.print(table)
     console.print(f"{positions} positions; 2048² {args.precision} product {rate / 1e9:.0f} GFLOP/s; {cpu_line()}; "

@@ -30,6 +30,13 @@ weight and re-packs them on every call (what the sampler did until the packed ba
 Greedy agreement: the share of greedy completions whose tokens are identical in bf16 and
 fp32 (labelrl's sampler), and where the first difference falls, measured, not assumed.
 
+Memory bandwidth: a decode step at G·2 rows reads every weight once and does little
+arithmetic on it, so the machine's read rate (``common.read_bandwidth``) bounds it. labelrl's
+step reads its decoder projections in the compute precision and its vocabulary projection in
+fp32; the "share of bandwidth" of a labelrl arm is (those bytes / read rate) over its measured
+seconds per decode step (decode time / (new tokens − 1): the first token comes from the
+prefill). 100% would be a step that does nothing but stream its weights.
+
 Model FLOP/s ≈ 2 × parameters × new tokens / second: a forward pass costs about two FLOPs
 (multiply, add) per weight per token. It leaves out attention over the context and the
 prompt prefill (which ``generate`` does G times per prompt, the shared sampler once), so it
@@ -56,7 +63,7 @@ from rich.table import Table  # noqa: E402
 from labelrl.fileio import atomic_write_json  # noqa: E402
 from labelrl.rollout import generate_groups, sample_groups  # noqa: E402
 from labelrl.rollout.fast_decode import clear_fused_cache  # noqa: E402
-from common import DTYPES, busy_note, cpu_line, machine_rates, rates_line  # noqa: E402  (benchmarks/common.py)
+from common import DTYPES, busy_note, cpu_line, machine_rates, rates_line, read_bandwidth  # noqa: E402  (benchmarks/common.py)
 
 
 def sample_groups_hf_forward(model, prompts, **options):
@@ -143,7 +150,15 @@ def greedy_agreement(a: list[list[int]], b: list[list[int]]) -> dict:
     return {"identical_share": 1 - len(firsts) / len(a), "first_difference_at": firsts}
 
 
-def measure_cell(model, prompts, group_size: int, mode: str, args, n_params: int) -> dict:
+def step_bytes(model) -> dict[str, int]:
+    """Bytes of weights labelrl's decode step reads per step, per precision: the decoder
+    projections in that precision, the vocabulary projection in fp32 (norms are negligible)."""
+    layers = sum(p.numel() for p in model.model.layers.parameters() if p.dim() == 2)
+    head = model.lm_head.weight.numel()
+    return {name: layers * dtype.itemsize + head * 4 for name, dtype in DTYPES.items()}
+
+
+def measure_cell(model, prompts, group_size: int, mode: str, args, n_params: int, limits: dict | None = None) -> dict:
     """Every arm on one (G, mode) cell, runs interleaved; medians and the ratios."""
     seconds = {arm: [] for arm in ARMS}
     timings = {arm: [] for arm in ARMS if arm.startswith("labelrl/")}
@@ -165,6 +180,9 @@ def measure_cell(model, prompts, group_size: int, mode: str, args, n_params: int
         for key in ("fuse_s", "prefill_s", "decode_s"):
             cell[arm][key + "_median"] = statistics.median(t[key] for t in runs)
         cell[arm]["fast_decode_used"] = all(t["fast_decode"] == 1.0 for t in runs)
+        if limits and args.new_tokens > 1:  # seconds per step at the read rate / measured seconds per step
+            per_step = cell[arm]["decode_s_median"] / (args.new_tokens - 1)
+            cell[arm]["bandwidth_share"] = limits[arm.split("/")[1]] / per_step
     def ratio(a: str, b: str) -> float | None:  # None where an arm was left out (--precisions, --no-vllm)
         return cell[a]["tokens_per_s"] / cell[b]["tokens_per_s"] if a in cell and b in cell else None
 
@@ -221,7 +239,7 @@ def render(report: dict) -> None:
     fmt = lambda value: "–" if value is None else f"{value:.2f}×"  # noqa: E731
     shown = [key for key in report["results"][0]["ratios"] if report["results"][0]["ratios"][key] is not None]
     for column in ("G", "mode", *ARMS, *[k.replace("_vs_", " / ").replace("_", " ") for k in shown], "best runs",
-                   "labelrl GFLOP/s " + " | ".join(PRECISIONS)):
+                   "labelrl GFLOP/s " + " | ".join(PRECISIONS), "labelrl share of bandwidth " + " | ".join(PRECISIONS)):
         table.add_column(column, justify="right")
     for cell in report["results"]:
         best = cell["ratio_best_runs_labelrl_vs_hf_fp32"]
@@ -229,6 +247,7 @@ def render(report: dict) -> None:
             str(cell["group_size"]), cell["mode"], *[f"{cell[arm]['tokens_per_s']:.1f}" for arm in ARMS],
             *[fmt(cell["ratios"][key]) for key in shown], f"{best['ratio']:.2f}× ({best['arm']} vs hf/fp32)",
             " | ".join(f"{cell[f'labelrl/{p}']['model_flops'] / 1e9:.1f}" for p in PRECISIONS),
+            " | ".join(f"{cell[f'labelrl/{p}'].get('bandwidth_share', float('nan')):.0%}" for p in PRECISIONS),
         )
     console = Console(width=max(Console().width, 200))
     console.print(table)
@@ -252,6 +271,11 @@ def render(report: dict) -> None:
                       f"{b['decode_s']:.2f}), after {a['total_s']:.2f} s (fuse {a['fuse_s']:.3f}, decode {a['decode_s']:.2f}; "
                       f"base reused: {a['fuse_cached']})")
     console.print(rates_line(report["matmul_flops"]) + f"; model FLOP/s = 2 × {report['params'] / 1e6:.1f}M params × new tokens/s")
+    console.print(f"memory read rate {report['read_bandwidth'] / 1e9:.1f} GB/s; labelrl's decode step reads "
+                  + ", ".join(f"{p} {report['step_bytes'][p] / 1e6:.0f} MB" for p in PRECISIONS)
+                  + " of weights: at that rate at best " + ", ".join(
+                      f"{p} {report['step_bytes'][p] / report['read_bandwidth'] * 1e3:.1f} ms" for p in PRECISIONS)
+                  + " per step")
     console.print(f"machine: {report['machine']}")
 
 
@@ -274,19 +298,22 @@ def main() -> None:
     PRECISIONS[:] = args.precisions
     ARMS[:] = [f"{backend}/{precision}" for backend in BACKENDS for precision in PRECISIONS]
     rates = machine_rates()  # before vLLM's engine binds the process's threads
+    bandwidth = read_bandwidth()
 
     model, tokenizer = load_smollm2()
     model.requires_grad_(False)  # frozen, as in evaluation: its packed weights are reused
     prompts = fixed_prompts(tokenizer)
     n_params = sum(p.numel() for p in model.parameters())
+    weight_bytes = step_bytes(model)
+    limits = {p: weight_bytes[p] / bandwidth for p in PRECISIONS}  # seconds per decode step at the read rate
     machine_before = busy_note()
     for arm in ARMS:  # first-call overheads (vLLM: the engine's start) stay out of the timings
         run_once(arm, model, prompts, 2, "sample", 4, seed=0)
-    results = [measure_cell(model, prompts, g, mode, args, n_params) for g in args.groups for mode in MODES]
+    results = [measure_cell(model, prompts, g, mode, args, n_params, limits) for g in args.groups for mode in MODES]
     report = {
         "model": "smollm2-135m-instruct", "params": n_params, "prompt_lengths": [len(p) for p in prompts],
         "new_tokens": args.new_tokens, "runs": args.runs, "torch_threads": torch.get_num_threads(),
-        "matmul_flops": rates, "results": results, "lora_overhead": lora_overhead(model, prompts, args),
+        "matmul_flops": rates, "read_bandwidth": bandwidth, "step_bytes": weight_bytes, "results": results, "lora_overhead": lora_overhead(model, prompts, args),
         "machine": f"start: {machine_before}; end: {busy_note()}",
         "vllm": __import__("vllm").__version__ if "vllm" in BACKENDS else None,
     }

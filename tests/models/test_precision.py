@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from pathlib import Path
 
@@ -222,3 +223,76 @@ def test_fp32_and_trainable_weights_keep_no_copy():
     for param in model.parameters():  # full fine-tuning: every weight trains
         param.requires_grad = True
     assert P.cast_weights_to_keep(model, torch.bfloat16) == 0
+
+
+def test_the_adapter_update_is_an_fp32_sum_with_fp32_gradients():
+    # Under compute(bf16) the base product stays bf16 and the update s·B(A(x)) is two fp32
+    # products joined in an fp32 add. Against float64: the update's error is at most γ_K·M with
+    # K = in + r + 2 roundings (the products, B's bias, the sum) and M the same sum over absolute
+    # values; the gradients of A and B are two more fp32 products each (over out and the rows,
+    # or over the rows and r), so γ_K with K = in + r + out + rows + 2 bounds them, per tensor
+    # in the Frobenius norm.
+    from peft import LoraConfig, get_peft_model
+
+    torch.manual_seed(0)
+    n_in, n_out, rank, rows = 64, 48, 4, 16
+    net = get_peft_model(torch.nn.Sequential(torch.nn.Linear(n_in, n_out)),
+                         LoraConfig(r=rank, lora_alpha=6, target_modules=["0"], lora_bias=True))
+    lora = net.base_model.model[0]
+    a, b, bias = lora.lora_A["default"].weight, lora.lora_B["default"].weight, lora.lora_B["default"].bias
+    torch.nn.init.normal_(b, std=0.5)
+    torch.nn.init.normal_(bias, std=0.5)  # peft's lora_bias: B carries a bias, scaled with the update
+    s = lora.scaling["default"]
+    x, g = torch.randn(rows, n_in), torch.randn(rows, n_out)
+    with P.compute(net, torch.bfloat16):
+        out = lora(x)
+        base = lora.base_layer(x).detach()  # the bf16 product, cast up by the hook
+    (out * g).sum().backward()  # outside autocast, as the trainers call it
+    assert out.dtype == torch.float32 and s == 1.5
+
+    def exact(x, a, b, bias, g, base):  # float64 values and gradients; with |·| inputs, the magnitudes
+        a, b = a.double().requires_grad_(), b.double().requires_grad_()
+        value = base.double() + s * ((x.double() @ a.t()) @ b.t() + bias.double())
+        (value * g.double()).sum().backward()
+        return value.detach(), a.grad, b.grad
+
+    value, grad_a, grad_b = exact(x, a.detach(), b.detach(), bias.detach(), g, base)
+    size, size_a, size_b = exact(x.abs(), a.detach().abs(), b.detach().abs(), bias.detach().abs(), g.abs(), base.abs())
+    assert_values_within(out.detach(), value.float(), gamma(n_in + rank + 2, torch.float32) * size.float())
+    k = n_in + rank + n_out + rows + 2
+    for got, want, magnitude in ((a.grad, grad_a, size_a), (b.grad, grad_b, size_b)):
+        assert (got.double() - want).norm() <= gamma(k, torch.float32) * magnitude.norm()
+    # peft's own forward runs the update's products in bf16: far outside the fp32 bound
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        bf16_update = type(lora).forward(lora, x).float() - lora.base_layer(x).float()
+    assert ((bf16_update + base - value.float()).abs() > gamma(n_in + rank + 2, torch.float32) * size.float()).any()
+
+
+def test_the_lean_sum_leaves_disabled_adapters_and_active_dropout_to_peft(monkeypatch):
+    from peft import LoraConfig, get_peft_model
+    from peft.tuners.lora.layer import Linear
+
+    model = get_peft_model(tiny_llama(), LoraConfig(r=4, lora_alpha=8, lora_dropout=0.5, target_modules="all-linear"))
+    for name, param in model.named_parameters():
+        if "lora_B" in name:
+            torch.nn.init.normal_(param, std=0.02)
+    ids = torch.randint(1, 300, (1, 8), generator=torch.Generator().manual_seed(2))
+    peft_forward, calls = Linear.forward, []
+    monkeypatch.setattr(Linear, "forward", lambda self, *a, **k: calls.append(1) or peft_forward(self, *a, **k))
+
+    def peft_calls(train: bool, disabled: bool) -> int:
+        calls.clear()
+        with torch.no_grad(), P.compute(model, torch.bfloat16):
+            model.train(train)
+            with model.disable_adapter() if disabled else contextlib.nullcontext():
+                model(input_ids=ids)
+        return len(calls)
+
+    adapted = sum(isinstance(m, Linear) for m in model.modules())
+    assert peft_calls(train=False, disabled=False) == 0  # eval: dropout is off, the lean sum runs
+    assert peft_calls(train=True, disabled=False) == adapted  # an active dropout: peft's own forward
+    assert peft_calls(train=False, disabled=True) == adapted  # a disabled adapter: peft's own forward
+    calls.clear()
+    with torch.no_grad():
+        model(input_ids=ids)  # outside the block
+    assert len(calls) == adapted and not any("forward" in m.__dict__ for m in model.modules() if isinstance(m, Linear))

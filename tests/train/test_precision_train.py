@@ -49,12 +49,13 @@ def test_on_policy_single_epoch_ratio_is_exactly_one_in_bf16(bf16_run, monkeypat
     mask = seen["logprobs"] != 0
     ratio = torch.exp(seen["logprobs"] - seen["old"])
     assert torch.equal(ratio[mask], torch.ones_like(ratio[mask]))  # exactly, not to a tolerance
-    # The sampler's own bf16 log-probs differ from the training pass's: a ratio taken against
-    # them would not be 1, which is why the trainer never uses them.
+    # The sampler's own bf16 log-probs differ from the training pass's (other kernels, other
+    # rounding orders; about 1e-4 here, both adding the adapter's update in fp32): a ratio
+    # taken against them would not be exactly 1, which is why the trainer never uses them.
     sampled = torch.zeros_like(seen["logprobs"])
     for row, values in enumerate(seen["rollout"].logprobs):
         sampled[row, : len(values)] = torch.tensor(values)
-    assert (sampled - seen["logprobs"])[mask].abs().max() > 1e-4
+    assert (sampled - seen["logprobs"])[mask].abs().max() > 0
 
 
 def test_rl_run_records_its_resolved_precision(warm_model, toy_data, rl_config, tmp_path):

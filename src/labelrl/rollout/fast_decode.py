@@ -31,8 +31,10 @@ In bf16 the step computes what the training pass computes under bf16 autocast
 weights: decoding is bound by reading them), and in fp32 the residual stream, the RMSNorms,
 the rotary embedding, the attention with its key/value cache (the CPU attention kernel is
 slower in bf16, and the cache is small next to the weights), and the vocabulary projection,
-so the logits a token is drawn from are fp32. A norm whose input is a bf16 projection output
-(q/k norms, Gemma's output norms) rounds its result back to bf16 where transformers does.
+so the logits a token is drawn from are fp32. A trained adapter's low-rank update is computed
+in fp32 and its sum with the projection stays fp32, as ``fp32_adapter_sum`` has it. A norm
+whose input is a projection output (q/k norms, Gemma's output norms) rounds its result back to
+that output's dtype, as transformers does.
 
 ``unsupported_reason`` says why a model cannot take this path (the sampler then falls back
 to the Hugging Face forward): anything that is not exactly one of the four classes with the
@@ -203,15 +205,17 @@ def _embed(w: LlamaWeights, ids: torch.Tensor) -> torch.Tensor:
 
 
 def _rope_qk(w: LlamaWeights, layer, qk: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """The q and k heads [..., H + KV, D] (compute-dtype values) normed if the family norms them,
-    then rotated; fp32."""
+    """The q and k heads [..., H + KV, D] (the projection's output: compute-dtype values, or
+    fp32 where an adapter's update joined them) normed if the family norms them, then rotated;
+    fp32."""
+    given = qk.dtype  # where the norm rounds its result, as transformers' norms do
     qk = qk.float()
     if layer.qk_norm is not None:
         normed = _exact_norm(qk, w.eps)
         if w.round_norm_after_weight:  # Gemma3RMSNorm: (x̂ · (1 + w)).type_as(x)
-            qk = (normed * layer.qk_norm).to(w.dtype).float()
+            qk = (normed * layer.qk_norm).to(given).float()
         else:  # Qwen3RMSNorm: w · x̂.to(input dtype)
-            qk = normed.to(w.dtype).float() * layer.qk_norm
+            qk = normed.to(given).float() * layer.qk_norm
     return torch.addcmul(qk * cos, qk.roll(w.head_dim // 2, dims=-1), sin)  # RoPE on q and k heads at once
 
 
@@ -219,17 +223,20 @@ def _attention_residual(w: LlamaWeights, layer, x: torch.Tensor, attn: torch.Ten
     """x + o_proj(attn) [Gemma 3: + norm(o_proj(attn)), rounded to the compute dtype]."""
     if layer.attn_out_norm is None:
         return layer.o.add_to(x, attn)
-    return x + (_exact_norm(layer.o(attn).float(), w.eps) * layer.attn_out_norm).to(w.dtype)
+    out = layer.o(attn)
+    return x + (_exact_norm(out.float(), w.eps) * layer.attn_out_norm).to(out.dtype)
 
 
 def _mlp_residual(w: LlamaWeights, layer, x: torch.Tensor) -> torch.Tensor:
     """x + down(act(gate) · up) of the normed x [Gemma 3: the MLP output normed too]."""
     h = _norm(x, layer.mlp_norm, w.eps).to(w.dtype)
     gate, up = layer.gate_up(h).chunk(2, dim=-1)
-    hidden = (F.silu(gate) if w.activation == "silu" else F.gelu(gate, approximate="tanh")) * up
+    # fp32 where an adapter's update joined gate/up (fp32_adapter_sum), then rounded for the product
+    hidden = ((F.silu(gate) if w.activation == "silu" else F.gelu(gate, approximate="tanh")) * up).to(w.dtype)
     if layer.mlp_out_norm is None:
         return layer.down.add_to(x, hidden)
-    return x + (_exact_norm(layer.down(hidden).float(), w.eps) * layer.mlp_out_norm).to(w.dtype)
+    out = layer.down(hidden)
+    return x + (_exact_norm(out.float(), w.eps) * layer.mlp_out_norm).to(out.dtype)
 
 
 def _logits(w: LlamaWeights, x: torch.Tensor) -> torch.Tensor:

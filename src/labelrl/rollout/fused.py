@@ -85,6 +85,10 @@ class LowRank:
     ``a`` [R, in] stacks the A factors of every adapted sub-projection and adapter; ``b_t``
     [R, out] is Bᵀ, block-diagonal: each sub-projection's scale·B in its own rows and
     columns, zero elsewhere, so one pair of products serves q, k and v (or gate and up).
+    Both are fp32 whatever the compute dtype, and base output + update is an fp32 sum, as in
+    the training pass (``labelrl.models.precision.fp32_adapter_sum``): at a few rows a bf16
+    product this small costs several times an fp32 one on CPU (oneDNN's bf16 setup outweighs
+    the arithmetic).
     """
 
     a: torch.Tensor
@@ -98,16 +102,17 @@ class Projection:
         self.base, self.low_rank = base, low_rank
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        """x·Wᵀ in the weight's dtype; with a low-rank update, x·Wᵀ + Δy in fp32."""
         y = self.base(x)
-        if self.low_rank is not None:
-            y = torch.addmm(y, x @ self.low_rank.a.t(), self.low_rank.b_t)
-        return y
+        return y if self.low_rank is None else torch.addmm(y.float(), self._down(x), self.low_rank.b_t)
 
     def add_to(self, residual: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
         out = self.base.add_to(residual, x)
-        if self.low_rank is not None:
-            out = out + (x @ self.low_rank.a.t()) @ self.low_rank.b_t
-        return out
+        return out if self.low_rank is None else torch.addmm(out.float(), self._down(x), self.low_rank.b_t)
+
+    def _down(self, x: torch.Tensor) -> torch.Tensor:
+        """x·Aᵀ in fp32 [N, R]."""
+        return x.float() @ self.low_rank.a.t()
 
 
 @dataclass
@@ -192,7 +197,7 @@ def separate_adapters(module: nn.Module) -> list[str]:
     return [name for name in _active_lora(module) if _trains(module, name)]
 
 
-def low_rank(modules: list[nn.Module], dtype: torch.dtype) -> LowRank | None:
+def low_rank(modules: list[nn.Module]) -> LowRank | None:
     """The block-diagonal low-rank update of the concatenation of ``modules`` from their
     trained adapters (None: none). peft's own definition: Δy = scaling · B(A(x)) per adapter
     (``lora/layer.py``, ``Linear.forward``); fan_in_fan_out layers are refused by
@@ -206,7 +211,7 @@ def low_rank(modules: list[nn.Module], dtype: torch.dtype) -> LowRank | None:
     if not a_blocks:
         return None
     outs = [frozen_weight(m).shape[0] for m in modules]
-    a = torch.cat(a_blocks).to(dtype)
+    a = torch.cat(a_blocks).float()  # fp32 whatever the compute dtype (see LowRank)
     b_t = a.new_zeros((a.shape[0], sum(outs)))
     col = 0
     for row, block in b_blocks:
@@ -339,7 +344,7 @@ def fuse_llama(model: nn.Module, rows: int = 8, dtype: torch.dtype = torch.float
     layer_types = getattr(config, "layer_types", None) or ["full_attention"] * len(base.model.layers)
     layers = []
     for layer, projections, layer_type in zip(base.model.layers, packed[:-1], layer_types):
-        updates = [None if fold_all else low_rank(group, dtype) for group in _groups(layer)]
+        updates = [None if fold_all else low_rank(group) for group in _groups(layer)]
         qkv, o, gate_up, down = (Projection(p, u) for p, u in zip(projections, updates))
         layers.append(LayerWeights(
             qkv=qkv, o=o, gate_up=gate_up, down=down, input_norm=norm(layer.input_layernorm),
@@ -353,7 +358,7 @@ def fuse_llama(model: nn.Module, rows: int = 8, dtype: torch.dtype = torch.float
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
     return LlamaWeights(
         layers=layers, embed=base.model.embed_tokens.weight, final_norm=norm(base.model.norm),
-        lm_head=Projection(packed[-1], None if fold_all else low_rank([base.lm_head], torch.float32)),
+        lm_head=Projection(packed[-1], None if fold_all else low_rank([base.lm_head])),
         eps=float(config.rms_norm_eps), n_heads=n_heads, n_kv_heads=n_kv,
         head_dim=head_dim, rotary=base.model.rotary_emb, dtype=dtype, base_cached=cached,
         attn_scale=config.query_pre_attn_scalar ** -0.5 if gemma else None,
