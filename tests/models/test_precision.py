@@ -225,6 +225,7 @@ def test_fp32_and_trainable_weights_keep_no_copy():
     assert P.cast_weights_to_keep(model, torch.bfloat16) == 0
 
 
+@pytest.mark.numerics
 def test_the_adapter_update_is_an_fp32_sum_with_fp32_gradients():
     # Under compute(bf16) the base product stays bf16 and the update s·B(A(x)) is two fp32
     # products joined in an fp32 add. Against float64: the update's error is at most γ_K·M with
