@@ -8,7 +8,7 @@ The step is ``benchmarks/rl_step.py``'s at G = 4 in bf16 without the skip rule (
 trains): SmolLM2-135M-Instruct + LoRA r=16 on all linear layers, 2 sms-spam prompts × 4
 completions of at most 32 tokens, sampling and the training pass. "bf16 update" puts back what
 both ran before: the sampler's factors in bf16 with the update summed in bf16, and peft's own
-LoRA forward (``precision._lora_layers`` returns none to patch). One warm-up step of each,
+LoRA forward (``profile_step.peft_adapter_forward``). One warm-up step of each,
 then ``--runs`` steps of each, alternating so the machine's noise hits both alike; medians of
 the step and of its sampling and training parts, and their ratios. The two arms train the same
 run, so their rewards are not comparable; their times are.
@@ -30,10 +30,10 @@ from common import busy_note, cpu_line, timing_args  # noqa: E402  (benchmarks/c
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
-import labelrl.models.precision as precision  # noqa: E402
 import labelrl.rollout.fused as fused  # noqa: E402
 from labelrl import metrics_keys as K  # noqa: E402
 from labelrl.fileio import atomic_write_json  # noqa: E402
+from profile_step import peft_adapter_forward  # noqa: E402  (benchmarks/profile_step.py)
 from rl_step import rl_config  # noqa: E402  (benchmarks/rl_step.py)
 
 GROUP_SIZE = 4
@@ -52,19 +52,18 @@ def _bf16_add_to(self, residual: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
 @contextlib.contextmanager
 def bf16_update():
     """The adapter's update in bf16, in the sampler and in the training pass."""
-    kept = fused.Projection.__call__, fused.Projection.add_to, fused.low_rank, precision._lora_layers
-    fp32_low_rank = fused.low_rank
+    kept = fused.Projection.__call__, fused.Projection.add_to, fused.low_rank
 
     def bf16_low_rank(modules):
-        update = fp32_low_rank(modules)
+        update = kept[2](modules)
         return None if update is None else fused.LowRank(a=update.a.bfloat16(), b_t=update.b_t.bfloat16())
 
-    fused.Projection.__call__, fused.Projection.add_to = _bf16_call, _bf16_add_to
-    fused.low_rank, precision._lora_layers = bf16_low_rank, (lambda model: [])
+    fused.Projection.__call__, fused.Projection.add_to, fused.low_rank = _bf16_call, _bf16_add_to, bf16_low_rank
     try:
-        yield
+        with peft_adapter_forward():
+            yield
     finally:
-        fused.Projection.__call__, fused.Projection.add_to, fused.low_rank, precision._lora_layers = kept
+        fused.Projection.__call__, fused.Projection.add_to, fused.low_rank = kept
 
 
 ARMS = (("bf16 update", bf16_update), ("fp32 update (default)", contextlib.nullcontext))

@@ -220,7 +220,7 @@ def _rope_qk(w: LlamaWeights, layer, qk: torch.Tensor, cos: torch.Tensor, sin: t
 
 
 def _attention_residual(w: LlamaWeights, layer, x: torch.Tensor, attn: torch.Tensor) -> torch.Tensor:
-    """x + o_proj(attn) [Gemma 3: + norm(o_proj(attn)), rounded to the compute dtype]."""
+    """x + o_proj(attn) [Gemma 3: + norm(o_proj(attn)), rounded to the projection output's dtype]."""
     if layer.attn_out_norm is None:
         return layer.o.add_to(x, attn)
     out = layer.o(attn)
