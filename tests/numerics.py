@@ -146,6 +146,20 @@ def logprob_bound(model: torch.nn.Module, sequence_length: int, dtype: torch.dty
     return 2 * logprob_error(model, sequence_length, dtype)
 
 
+def bf16_rounding_logprob_bound(model: torch.nn.Module, sequence_length: int) -> float:
+    """The largest difference two bf16 routes' log-probs can have when both round the same
+    values to bf16 (``labelrl.models.precision``: each projection's input and its output; the
+    rest, accumulations included, fp32) but sum in another order: ``logprob_bound`` in fp32,
+    plus the bf16 roundings. Two nearly equal fp32 values rounded to bf16 differ by at most their
+    difference plus one rounding, u_bf16 relative, so each rounding site adds u_bf16 per route;
+    a layer has eight (four projections, input and output), chaining to γ_(8·layers) in bf16
+    relative upstream of the final norm, which moves each logit by at most that times
+    ``logit_magnitude`` L and each log-prob by twice that (its logit and the logsumexp): 2·2·γ·L
+    for two routes."""
+    layers = _base(model).config.num_hidden_layers
+    return logprob_bound(model, sequence_length) + 4 * gamma(8 * layers, torch.bfloat16) * logit_magnitude(model)
+
+
 def mean_logprob_bound(model: torch.nn.Module, sequence_length: int, n_tokens: int, value: float,
                        dtype: torch.dtype = torch.float32) -> float:
     """The largest difference two routes' mean of ``n_tokens`` log-probs (a cross-entropy loss

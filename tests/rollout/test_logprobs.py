@@ -8,6 +8,7 @@ compared to bounds derived from the arithmetic (tests/numerics.py), not to measu
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from pathlib import Path
@@ -141,14 +142,29 @@ def test_shared_pass_with_gradient_checkpointing_matches_the_pass_without(model)
     assert_same_grads(model, grads["plain"], grads["checkpointed"])
 
 
+@contextlib.contextmanager
+def module_pass():
+    """``completion_logprobs_shared`` through the model's modules even where the lean pass
+    applies (a LoRA adapter on every projection: tests/rollout/test_lean_pass.py)."""
+    import labelrl.rollout.logprobs as logprobs_module
+
+    kept = logprobs_module.lean_reason
+    logprobs_module.lean_reason = lambda model: "module pass requested"
+    try:
+        yield
+    finally:
+        logprobs_module.lean_reason = kept
+
+
 @pytest.mark.numerics
 def test_shared_pass_on_a_lora_model():
     from peft import LoraConfig, get_peft_model
 
     lora = get_peft_model(tiny_llama(), LoraConfig(r=4, lora_alpha=8, target_modules="all-linear", init_lora_weights=False))
     lora.train()
+    with module_pass():
+        shared = weighted_loss_grads(lora, lambda: completion_logprobs_shared(lora, PROMPTS, COMPLETIONS, G, pad_token_id=0))
     plain = weighted_loss_grads(lora, lambda: completion_logprobs(lora, repeated_prompts(), COMPLETIONS, pad_token_id=0))
-    shared = weighted_loss_grads(lora, lambda: completion_logprobs_shared(lora, PROMPTS, COMPLETIONS, G, pad_token_id=0))
     assert plain[0] and all("lora_" in name for name in plain[0])
     assert_same_grads(lora, plain, shared)
 
@@ -260,7 +276,8 @@ def test_a_shared_prefix_on_a_lora_model(monkeypatch):
     from peft import LoraConfig, get_peft_model
 
     lora = get_peft_model(tiny_llama(), LoraConfig(r=4, lora_alpha=8, target_modules="all-linear", init_lora_weights=False))
-    plain, shared, values = prefixed_grads(lora.train(), monkeypatch)
+    with module_pass():
+        plain, shared, values = prefixed_grads(lora.train(), monkeypatch)
     assert plain[0] and all("lora_" in name for name in plain[0])
     assert_prefixed_routes_agree(lora, plain, shared, values)
 

@@ -26,6 +26,7 @@ from typing import Sequence
 import torch
 
 from labelrl.models.precision import compute
+from labelrl.rollout.lean_pass import lean_logits, lean_reason
 from labelrl.rollout.prefix import cached_inputs, checkpointing, prefix_supported, shared_prefix_length
 from labelrl.rollout.sampler import left_pad, model_device
 
@@ -109,6 +110,9 @@ def completion_logprobs_shared(
         return torch.zeros(targets.shape, dtype=torch.float32, device=targets.device), mask
     # the prefix all B prompts share runs once, then each prompt's remainder
     shared = shared_prefix_length(prompt_ids) if share_prefix and prefix_supported(model) else 0
+    if lean_reason(model) is None:  # the same function with fewer, larger operations
+        return _gather_logprobs(lean_logits(model, prompt_ids, targets, mask, group_size, shared, pad_token_id, dtype),
+                                targets, mask), mask
     input_ids, prompt_mask, position_ids, cache, cache_arg = cached_inputs(model, prompt_ids, shared, pad_token_id,
                                                                           dtype, targets.device)
     with compute(model, dtype):

@@ -1,0 +1,262 @@
+"""The training pass of a LoRA-adapted Llama, Qwen2 or Qwen3 model without its Hugging Face
+modules: the same function, with gradients, in fewer and larger operations.
+
+Through the model's modules a layer of SmolLM2 + LoRA on every linear layer runs 21 matrix
+products forward (7 base projections, 2 per adapter) and twice that backward, each behind
+peft's and transformers' per-module Python, and an RMSNorm of eight elementwise operations.
+Here, per layer:
+
+* q/k/v run as one product and gate/up as another (their frozen base weights concatenated);
+* each group's adapters run as one pair of products: the A factors stacked [R, in] and the B
+  factors, scaled, block-diagonal [out, R] (zero off their own rows), so q/k/v's three
+  adapters cost what one does (``torch.block_diag`` passes each B its own gradient);
+* the norms are ``F.rms_norm``, the rotary embedding one roll and one fused multiply-add
+  (``fast_decode._rope_qk``), attention ``scaled_dot_product_attention`` with grouped heads.
+
+Precision is what ``labelrl.models.precision.compute`` gives the module pass, rounding for
+rounding: in bf16 each base product runs on the bf16 copy of its frozen weight
+(``low_precision_weight``, the copy the module pass keeps) with a bf16 result cast to fp32,
+the adapter's update is an fp32 product added in fp32 (``fp32_adapter_sum``), and norms,
+rotary embedding, attention, residual stream and the vocabulary projection are fp32. Only the
+summation order of some products differs (fused and stacked shapes), within float rounding.
+
+``lean_reason`` says why a model must keep the module pass (None: it need not). The pass
+requires a plain LoRA adapter on every projection of every layer (labelrl's default,
+``target_modules="all-linear"``): a projection left without one returns bf16 from the module
+pass, which the gate's activation would then see rounded.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from labelrl.models.precision import low_precision_weight
+from labelrl.rollout.fast_decode import _norm, _rope_qk, rotary_tables, unsupported_reason
+from labelrl.rollout.fused import LLAMA_PROJECTIONS, base_model, frozen_bias, frozen_weight, is_gemma3
+
+__all__ = ["lean_reason", "lean_weights", "lean_prompt_cache", "lean_logits"]
+
+
+@dataclass
+class LeanProjection:
+    """base(x) + Δ(x) for one fused group (q/k/v, o, gate/up or down).
+
+    ``weights``: the frozen base in the compute dtype, one concatenated matrix [out, in] in bf16
+    (a copy made per pass from the kept per-module casts), or the members' own fp32 weights,
+    whose outputs are concatenated (no fp32 copy of the model). ``a`` [R, in] and ``b`` [out, R]
+    are the stacked and block-diagonal adapter factors, fp32, in the autograd graph."""
+
+    weights: list[torch.Tensor]
+    bias: torch.Tensor | None  # Qwen2's q/k/v bias, in the compute dtype
+    a: torch.Tensor
+    b: torch.Tensor
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        """fp32 [..., out] from fp32 x [..., in]."""
+        low = x.to(self.weights[0].dtype)
+        if len(self.weights) == 1:
+            y = F.linear(low, self.weights[0], self.bias)
+        else:
+            y = torch.cat([F.linear(low, w) for w in self.weights], dim=-1)
+            y = y if self.bias is None else y + self.bias
+        return torch.add(y.float(), F.linear(F.linear(x, self.a), self.b))
+
+
+@dataclass
+class LeanLayer:
+    qkv: LeanProjection
+    o: LeanProjection
+    gate_up: LeanProjection
+    down: LeanProjection
+    input_norm: torch.Tensor
+    mlp_norm: torch.Tensor
+    qk_norm: torch.Tensor | None  # Qwen3: [H + KV, D], each query head's then each key head's norm weight
+
+
+@dataclass
+class LeanWeights:
+    layers: list[LeanLayer]
+    embed: torch.Tensor  # [V, hidden]
+    final_norm: torch.Tensor
+    head: torch.Tensor  # [V, hidden], applied in fp32
+    head_bias: torch.Tensor | None
+    eps: float
+    n_heads: int
+    n_kv_heads: int
+    head_dim: int
+    rotary: nn.Module
+    round_norm_after_weight: bool = False  # read by fast_decode._rope_qk; Gemma's norms only
+
+
+def _lora_layer_reason(module: nn.Module, where: str, training: bool) -> str | None:
+    from peft.tuners.lora import Linear
+
+    if type(module) is not Linear:
+        return f"{where} is a {type(module).__name__}, not a LoRA layer (the lean pass needs one on every projection)"
+    active = [name for name in module.active_adapters if name in module.lora_A]
+    if module.merged or module.disable_adapters or not active:
+        return f"{where} has no active unmerged adapter"
+    if frozen_weight(module).requires_grad:
+        return f"{where} trains its base weight"
+    for name in active:
+        if name in module.lora_variant or module.lora_bias.get(name):
+            return f"{where} uses a LoRA variant (DoRA or lora_bias) for adapter {name!r}"
+        if training and not isinstance(module.lora_dropout[name], nn.Identity):
+            return f"{where} applies LoRA dropout while training"
+    return None
+
+
+def lean_reason(model: nn.Module) -> str | None:
+    """None when ``lean_logits`` computes what the model's own forward computes, else why not."""
+    if hasattr(model, "module"):
+        return "the model is wrapped for several processes (its wrapper must run the forward)"
+    reason = unsupported_reason(model)
+    if reason is not None:
+        return reason
+    base = base_model(model)
+    if is_gemma3(base):
+        return "Gemma 3 keeps the module pass (sliding-window layers)"
+    for i, layer in enumerate(base.model.layers):
+        for part, names in LLAMA_PROJECTIONS:
+            for name in names:
+                why = _lora_layer_reason(getattr(getattr(layer, part), name), f"layers.{i}.{part}.{name}", model.training)
+                if why is not None:
+                    return why
+    if type(base.lm_head) is not nn.Linear or base.lm_head.weight.requires_grad:
+        return "the vocabulary projection is adapted or trains"
+    return None
+
+
+def _projection(group: list[nn.Module], dtype: torch.dtype) -> LeanProjection:
+    """One fused group's base weights and its adapters' stacked factors (peft's update:
+    scaling · B(A(x)), Hu et al. 2021, LoRA, eq. 3, ``lora/layer.py``)."""
+    if dtype == torch.float32:
+        weights = [frozen_weight(m) for m in group]
+    else:
+        weights = [torch.cat([low_precision_weight(m.base_layer, dtype) for m in group])]
+    biases = [frozen_bias(m) for m in group]
+    bias = None
+    if any(b is not None for b in biases):
+        bias = torch.cat([b if b is not None else frozen_weight(m).new_zeros(frozen_weight(m).shape[0])
+                          for b, m in zip(biases, group)]).to(dtype)
+    a_blocks, b_blocks = [], []
+    for module in group:
+        names = [name for name in module.active_adapters if name in module.lora_A]
+        a_blocks += [module.lora_A[name].weight for name in names]
+        # one member's adapters side by side: its output rows, their rank columns
+        b_blocks.append(torch.cat([module.lora_B[name].weight * module.scaling[name] for name in names], dim=1))
+    return LeanProjection(weights=weights, bias=bias, a=torch.cat(a_blocks), b=torch.block_diag(*b_blocks))
+
+
+def lean_weights(model: nn.Module, dtype: torch.dtype) -> LeanWeights:
+    """Everything one pass reads, gathered once per pass (the factors change every step)."""
+    base = base_model(model)
+    config = base.config
+    layers = []
+    for layer in base.model.layers:
+        groups = [[getattr(getattr(layer, part), name) for name in names] for part, names in LLAMA_PROJECTIONS]
+        qkv, o, gate_up, down = (_projection(group, dtype) for group in groups)
+        attn = layer.self_attn
+        qk_norm = None
+        if hasattr(attn, "q_norm"):  # Qwen3: an RMSNorm over each query and key head
+            qk_norm = torch.cat([attn.q_norm.weight.expand(config.num_attention_heads, -1),
+                                 attn.k_norm.weight.expand(config.num_key_value_heads, -1)])
+        layers.append(LeanLayer(qkv=qkv, o=o, gate_up=gate_up, down=down, input_norm=layer.input_layernorm.weight,
+                                mlp_norm=layer.post_attention_layernorm.weight, qk_norm=qk_norm))
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    return LeanWeights(layers=layers, embed=base.model.embed_tokens.weight, final_norm=base.model.norm.weight,
+                       head=base.lm_head.weight, head_bias=base.lm_head.bias, eps=float(config.rms_norm_eps),
+                       n_heads=config.num_attention_heads, n_kv_heads=config.num_key_value_heads, head_dim=head_dim,
+                       rotary=base.model.rotary_emb)
+
+
+def _mask(columns: torch.Tensor, past: int) -> torch.Tensor:
+    """[B, 1, S, past + S] bool: query i (at column past + i) sees the real columns up to its
+    own; it always sees itself, so that a padding query's softmax has a term (its output is
+    never read: no real query attends to a padding key)."""
+    n_cols = columns.shape[1]
+    query = torch.arange(past, n_cols, device=columns.device)[:, None]
+    key = torch.arange(n_cols, device=columns.device)[None, :]
+    allowed = ((key <= query) & columns.bool()[:, None, :]) | (key == query)
+    return allowed[:, None]
+
+
+def _layer(w: LeanWeights, layer: LeanLayer, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+           mask: torch.Tensor, past: tuple[torch.Tensor, torch.Tensor] | None):
+    """One decoder layer over x [B, S, hidden] (fp32) after ``past`` (keys, values)
+    [B, KV, L, D]; returns the new x and the keys/values through this call's tokens."""
+    (n, s, _), h_q, h_kv, d = x.shape, w.n_heads, w.n_kv_heads, w.head_dim
+    qkv = layer.qkv(_norm(x, layer.input_norm, w.eps)).view(n, s, h_q + 2 * h_kv, d)
+    qk = _rope_qk(w, layer, qkv[:, :, : h_q + h_kv], cos, sin)
+    keys, values = qk[:, :, h_q:].transpose(1, 2), qkv[:, :, h_q + h_kv:].transpose(1, 2)
+    if past is not None:
+        keys, values = torch.cat([past[0], keys], dim=2), torch.cat([past[1], values], dim=2)
+    attn = F.scaled_dot_product_attention(qk[:, :, :h_q].transpose(1, 2), keys, values, attn_mask=mask,
+                                          scale=d ** -0.5, enable_gqa=True)
+    x = x + layer.o(attn.transpose(1, 2).reshape(n, s, h_q * d))
+    gate, up = layer.gate_up(_norm(x, layer.mlp_norm, w.eps)).chunk(2, dim=-1)
+    return x + layer.down(F.silu(gate) * up), (keys, values)
+
+
+def _forward(w: LeanWeights, ids: torch.Tensor, columns: torch.Tensor, positions: torch.Tensor,
+             past: list | None, keep: int) -> tuple[torch.Tensor | None, list]:
+    """ids [B, S] at ``positions`` [B, S] after the cached ``past`` (per layer, keys and values
+    [B, KV, L, D]); ``columns`` [B, L + S] marks the real tokens. Returns fp32 logits of the last
+    ``keep`` positions [B, keep, V] (None for 0) and the cache through these tokens."""
+    like = torch.empty(0, dtype=torch.float32, device=ids.device)
+    cos, sin = rotary_tables(w, int(positions.max()) + 1, like)
+    cos, sin = cos[positions][:, :, None], sin[positions][:, :, None]  # [B, S, 1, D]
+    mask = _mask(columns, columns.shape[1] - ids.shape[1])
+    x = F.embedding(ids, w.embed)  # the fp32 residual stream
+    cache = []
+    for i, layer in enumerate(w.layers):
+        x, kv = _layer(w, layer, x, cos, sin, mask, None if past is None else past[i])
+        cache.append(kv)
+    if keep == 0:
+        return None, cache
+    hidden = _norm(x[:, -keep:], w.final_norm, w.eps)
+    bias = None if w.head_bias is None else w.head_bias.float()
+    return F.linear(hidden, w.head.float(), bias), cache
+
+
+def lean_prompt_cache(w: LeanWeights, prompt_ids: Sequence[Sequence[int]], shared: int, pad: int, device):
+    """The prompts' pass (their shared prefix first, once, when ``shared``): the logits of each
+    prompt's last position [B, 1, V], its KV cache, the column mask over it [B, L] and each
+    prompt's last position [B, 1]."""
+    from labelrl.rollout.prefix import remainder_inputs
+    from labelrl.rollout.sampler import left_pad
+
+    past = None
+    if shared:
+        ids = torch.tensor([list(prompt_ids[0][:shared])], dtype=torch.long, device=device)
+        _, prefix = _forward(w, ids, torch.ones_like(ids), torch.arange(shared, device=device)[None], None, keep=0)
+        past = [tuple(t.expand(len(prompt_ids), *t.shape[1:]) for t in kv) for kv in prefix]
+        ids, columns, positions = remainder_inputs(prompt_ids, shared, pad, device)
+    else:
+        ids, columns, positions = left_pad(prompt_ids, pad, device)
+    logits, cache = _forward(w, ids, columns, positions, past, keep=1)
+    return logits, cache, columns, positions[:, -1:]
+
+
+def lean_logits(model: nn.Module, prompt_ids: Sequence[Sequence[int]], targets: torch.Tensor, mask: torch.Tensor,
+                group_size: int, shared: int, pad: int, dtype: torch.dtype) -> torch.Tensor:
+    """Logits [N, T, V] (fp32) predicting each completion token ``targets`` [N, T] (N = B·G,
+    grouped by prompt; ``mask`` marks the real ones): the prompts once, their cache repeated G
+    times, the completions on top, as ``completion_logprobs_shared`` runs the module pass."""
+    w = lean_weights(model, dtype)
+    with torch.autocast(device_type=targets.device.type, enabled=False):  # every dtype is set explicitly
+        logits, cache, columns, last = lean_prompt_cache(w, prompt_ids, shared, pad, targets.device)
+        logits = logits.repeat_interleave(group_size, dim=0)  # [N, 1, V]: predicts token 0
+        width = targets.shape[1]
+        if width > 1:
+            past = [tuple(t.repeat_interleave(group_size, dim=0) for t in kv) for kv in cache]
+            columns = torch.cat([columns.repeat_interleave(group_size, dim=0), mask[:, :-1].long()], dim=1)
+            positions = last.repeat_interleave(group_size, dim=0) + 1 + torch.arange(width - 1, device=targets.device)
+            rest, _ = _forward(w, targets[:, :-1], columns, positions, past, keep=width - 1)
+            logits = torch.cat([logits, rest], dim=1)
+    return logits

@@ -1,0 +1,165 @@
+"""The lean training pass (``labelrl.rollout.lean_pass``): the same log-probs and LoRA gradients
+as the module pass, on Llama (with a shared prefix), Qwen2 (q/k/v biases) and Qwen3 (q/k
+norms); the same roundings in bf16; taken only where it computes what the modules compute.
+
+Two routes, other kernels: fp32 values and gradients are compared to the bounds of
+tests/numerics.py. The lean route runs no modules, so it records no gradient magnitudes; the
+module route's stand for both (the same exact quantity, to first order in u)."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+from labelrl.rollout import completion_logprobs_shared  # noqa: E402
+from labelrl.rollout import lean_pass, logprobs as logprobs_module  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from numerics import (  # noqa: E402
+    assert_gradients_within, assert_values_within, bf16_rounding_logprob_bound, gradient_bounds,
+    gamma, gradient_chain_length, logprob_bound, product_bound, unit_roundoff,
+)
+from rollout.test_logprobs import (  # noqa: E402
+    COMPLETIONS, G, PREFIXED, PREFIXED_LONGEST, module_pass, tiny_llama, weighted_loss_grads,
+)  # noqa: E402
+
+
+def lora(model, **options):
+    from peft import LoraConfig, get_peft_model
+
+    config = dict(r=4, lora_alpha=8, target_modules="all-linear", init_lora_weights=False) | options
+    return get_peft_model(model, LoraConfig(**config)).train()
+
+
+def family(name: str):
+    if name == "llama":
+        return tiny_llama()
+    from labelrl.models import load_model
+
+    return load_model(name)[0]
+
+
+def lean_calls(monkeypatch) -> list[int]:
+    """A spy on the lean route: one entry per pass it ran."""
+    seen, real = [], lean_pass.lean_logits
+    monkeypatch.setattr(logprobs_module, "lean_logits", lambda *a, **k: seen.append(1) or real(*a, **k))
+    return seen
+
+
+def shared(model, dtype=torch.float32, pad: int = 0):
+    return completion_logprobs_shared(model, PREFIXED, COMPLETIONS, G, pad_token_id=pad, dtype=dtype)
+
+
+@pytest.mark.numerics
+@pytest.mark.parametrize("name", ["llama", "tiny-qwen2", "tiny-qwen3"])
+def test_the_lean_pass_gives_the_module_pass_values_and_lora_gradients(name, monkeypatch):
+    model = lora(family(name))
+    pad = 0 if name == "llama" else 2
+    ran = lean_calls(monkeypatch)
+    with module_pass():
+        reference = weighted_loss_grads(model, lambda: shared(model, pad=pad))
+    assert ran == []
+    lean = weighted_loss_grads(model, lambda: shared(model, pad=pad))
+    assert ran == [1]
+    assert lean[0] and all("lora_" in n for n in lean[0]) and lean[0].keys() == reference[0].keys()
+    # every factor gets a gradient: B's block-diagonal stacking hands each adapter its own block
+    assert all(g.abs().max() > 0 for g in lean[0].values())
+    with torch.no_grad(), module_pass():
+        expected, mask = shared(model, pad=pad)
+    with torch.no_grad():
+        values, lean_mask = shared(model, pad=pad)
+    assert torch.equal(mask, lean_mask)
+    assert_values_within(values, expected, logprob_bound(model, PREFIXED_LONGEST))
+    chain = gradient_chain_length(model, PREFIXED_LONGEST, len(COMPLETIONS) * PREFIXED_LONGEST)
+    assert_gradients_within(lean[0], reference[0], gradient_bounds([reference[1], reference[1]], reference[0], chain))
+
+
+@pytest.mark.numerics
+def test_in_bf16_the_whole_pass_stays_within_the_rounding_of_the_module_pass():
+    model = lora(tiny_llama())
+    with torch.no_grad():
+        with module_pass():
+            expected, _ = shared(model, torch.bfloat16)
+        values, _ = shared(model, torch.bfloat16)
+        exact, _ = shared(model, torch.float32)
+    assert_values_within(values, expected, bf16_rounding_logprob_bound(model, PREFIXED_LONGEST))
+    assert not torch.equal(values, exact)  # bf16 products really ran
+
+
+@pytest.mark.numerics
+def test_in_bf16_a_fused_projection_rounds_its_base_product_and_adds_the_update_in_fp32():
+    from labelrl.models.precision import compute
+    from labelrl.rollout.lean_pass import lean_weights
+
+    model = lora(tiny_llama())
+    attn = model.get_base_model().model.layers[0].self_attn
+    members = [attn.q_proj, attn.k_proj, attn.v_proj]
+    x = torch.randn(5, 64)
+    with torch.no_grad():
+        with compute(model, torch.bfloat16):
+            expected = torch.cat([m(x) for m in members], dim=-1)
+        got = lean_weights(model, torch.bfloat16).layers[0].qkv(x)
+        assert got.dtype == torch.float32
+        weight = torch.cat([m.base_layer.weight for m in members]).bfloat16().float()
+        base = x.bfloat16().float() @ weight.t()
+        # each route rounds an fp32 accumulation of the same bf16 products to bf16 (at most one
+        # bf16 rounding apart, 2u|y|, with the accumulations' own difference) and adds the same
+        # fp32 update (its two products' bounds)
+        bound = (2 * unit_roundoff(torch.bfloat16) * base.abs() + product_bound(x.bfloat16().float(), weight.t())
+                 + 2 * gamma(64 + 4 + 2, torch.float32) * torch.cat([
+                     (x.abs() @ m.lora_A["default"].weight.abs().t()) @ m.lora_B["default"].weight.abs().t()
+                     * m.scaling["default"] for m in members], dim=-1))
+        assert_values_within(got, expected, bound)
+        # an update far below a bf16 step of the base output survives: the sum is fp32
+        for m in members:
+            m.lora_B["default"].weight.mul_(1e-6)
+        small = lean_weights(model, torch.bfloat16).layers[0].qkv(x)
+        for m in members:
+            m.lora_B["default"].weight.zero_()
+        none = lean_weights(model, torch.bfloat16).layers[0].qkv(x)
+    assert (small - none).abs().max() > 0
+    assert (small - none).abs().max() < unit_roundoff(torch.bfloat16) * none.abs().max()
+
+
+def test_lean_reason_names_what_keeps_the_module_pass():
+    from labelrl.rollout.lean_pass import lean_reason
+
+    assert lean_reason(lora(tiny_llama())) is None
+    assert "not a LoRA layer" in lean_reason(tiny_llama())
+    assert "not a LoRA layer" in lean_reason(lora(tiny_llama(), target_modules=["q_proj", "v_proj"]))
+    assert "variant" in lean_reason(lora(tiny_llama(), use_dora=True))
+    dropout = lora(tiny_llama(), lora_dropout=0.1)
+    assert "dropout" in lean_reason(dropout)
+    assert lean_reason(dropout.eval()) is None  # no dropout outside training
+    assert "Gemma 3" in lean_reason(lora(family("tiny-gemma3")))
+
+    class Wrapper(torch.nn.Module):
+        def __init__(self, inner):
+            super().__init__()
+            self.module = inner
+
+    assert "several processes" in lean_reason(Wrapper(lora(tiny_llama())))
+    adapted = lora(tiny_llama())
+    with adapted.disable_adapter():  # the reference model's log-probs: the base alone
+        assert "no active unmerged adapter" in lean_reason(adapted)
+
+
+def test_the_shared_pass_takes_the_lean_route_only_where_it_applies(monkeypatch):
+    ran = lean_calls(monkeypatch)
+    partial = lora(tiny_llama(), target_modules=["q_proj", "v_proj"])
+    adapted = lora(tiny_llama())
+    with torch.no_grad():
+        shared(partial)
+        assert ran == []
+        with adapted.disable_adapter():
+            base_only, _ = shared(adapted)
+        assert ran == []
+        with_adapter, _ = shared(adapted)
+        assert ran == [1]
+    assert not torch.equal(base_only, with_adapter)
