@@ -96,16 +96,16 @@ def test_family_step_logits_match_hf_stepper_and_unpadded_forward(family):
     assert_step_logits_match(family)
 
 
-def assert_step_logits_match(model):
+def assert_step_logits_match(model, prompts=PROMPTS):
     # 9 rows; after step 2 rows 1, 4, 5, 8 finish, after step 4 rows 0 and 6 do too
     steps = [torch.randint(3, 512, (9,), generator=torch.Generator().manual_seed(s)) for s in range(6)]
     keep = [None, None, torch.tensor([0, 2, 3, 6, 7]), None, torch.tensor([1, 2, 4]), None]
     for i, rows in enumerate(keep):  # feed only live rows' tokens
         live = torch.arange(9) if i == 0 else live[rows] if rows is not None else live
         steps[i] = steps[i][: len(live)]
-    fast = step_logits(model, PROMPTS, 3, steps, keep, fast=True)
-    slow = step_logits(model, PROMPTS, 3, steps, keep, fast=False)
-    bound = logit_bound(model, LONGEST_PROMPT + len(steps))
+    fast = step_logits(model, prompts, 3, steps, keep, fast=True)
+    slow = step_logits(model, prompts, 3, steps, keep, fast=False)
+    bound = logit_bound(model, max(map(len, prompts)) + len(steps))
     for step, (a, b) in enumerate(zip(fast, slow)):
         assert_values_within(a, b, bound, f"step {step}")
     # and against a plain forward over each surviving row's whole unpadded sequence
@@ -115,10 +115,46 @@ def assert_step_logits_match(model):
         for row, token in zip(live.tolist(), tokens.tolist()):
             history[row].append(token)
     for row in live.tolist():
-        ids = torch.tensor([PROMPTS[row // 3] + history[row]])
+        ids = torch.tensor([prompts[row // 3] + history[row]])
         with torch.inference_mode():
             reference = model(input_ids=ids).logits[0, -1]
         assert_values_within(fast[-1][live.tolist().index(row)], reference, bound, f"row {row}")
+
+
+# 20 tokens every prompt starts with (a template's header and system message), after the leading 1
+PREFIXED = [[1, *range(100, 120), *p[1:]] for p in PROMPTS]
+
+
+def prefill_prefixes(monkeypatch) -> list[int]:
+    """A spy on the fast prefill: the length of the prefix each call ran once (0: none)."""
+    import labelrl.rollout.sampler as sampler_module
+
+    seen, real = [], sampler_module.fast_prefill
+    monkeypatch.setattr(sampler_module, "fast_prefill",
+                        lambda *a, prefix=None, **k: seen.append(0 if prefix is None else prefix.shape[1])
+                        or real(*a, prefix=prefix, **k))
+    return seen
+
+
+@pytest.mark.numerics
+@pytest.mark.parametrize("name", ["llama", "tiny-qwen2", "tiny-qwen3"])
+def test_prompts_sharing_a_prefix_prefill_it_once_with_the_same_step_logits(name, monkeypatch):
+    model = tiny_llama() if name == "llama" else load_model(name)[0]
+    seen = prefill_prefixes(monkeypatch)
+    # against the HF forward over the whole left-padded prompts, and each row's unpadded sequence
+    assert_step_logits_match(model, PREFIXED)
+    assert seen == [1 + 20]
+    greedy = run(model, True, PREFIXED)
+    assert greedy.completion_ids == run(model, False, PREFIXED).completion_ids
+
+
+def test_a_sliding_window_model_prefills_its_prompts_whole(monkeypatch):
+    # Gemma 3's sliding layers count their window in cache columns: the padding between a
+    # shared prefix and a short remainder would take the place of the prefix's last keys
+    family = load_model("tiny-gemma3")[0]
+    seen = prefill_prefixes(monkeypatch)
+    run(family, True, PREFIXED)
+    assert seen == [0]
 
 
 @pytest.mark.numerics

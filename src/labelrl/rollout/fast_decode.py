@@ -251,42 +251,70 @@ def _scale(w: LlamaWeights) -> float:
     return w.attn_scale if w.attn_scale is not None else w.head_dim ** -0.5
 
 
+def _prefill_layers(w: LlamaWeights, input_ids: torch.Tensor, columns: torch.Tensor, position_ids: torch.Tensor,
+                    past: list | None) -> tuple[torch.Tensor, list]:
+    """Every layer over ``input_ids`` [n, L] after the cached ``past`` (per layer (keys,
+    values) [n or 1, KV, C, D], fp32; None: nothing before), ``columns`` [n, C + L] marking the
+    real tokens of cache and input. Returns the residual stream [n·L, hidden] after the last
+    layer and each layer's keys and values over all C + L columns.
+
+    A query at column C + i sees the real columns up to its own (a sliding layer only its last
+    ``sliding_window``), and always itself, so that a padding query's softmax is not empty."""
+    n, length = input_ids.shape
+    h_q, h_kv, d = w.n_heads, w.n_kv_heads, w.head_dim
+    before = 0 if past is None else past[0][0].shape[2]
+    like = torch.empty(0, dtype=torch.float32, device=input_ids.device)
+    tables = {key: (cos[position_ids][:, :, None], sin[position_ids][:, :, None])  # [n, L, 1, D]
+              for key, (cos, sin) in _tables(w, int(position_ids.max()) + 1, like).items()}
+    query = torch.arange(before, before + length, device=input_ids.device)
+    distance = query[:, None] - torch.arange(before + length, device=input_ids.device)[None, :]  # query − key column
+    allowed = (distance >= 0) & columns.bool()[:, None, :]
+    masks = {window: (allowed & (distance < window) if window else allowed) | (distance == 0)
+             for window in {layer.sliding_window for layer in w.layers}}
+    x = _embed(w, input_ids).reshape(n * length, -1)  # the fp32 residual stream
+    layer_kv = []
+    for i, layer in enumerate(w.layers):
+        qkv = layer.qkv(_norm(x, layer.input_norm, w.eps).to(w.dtype)).view(n, length, h_q + 2 * h_kv, d)
+        qk = _rope_qk(w, layer, qkv[:, :, : h_q + h_kv], *tables[layer.rope_key])
+        keys, values = qk[:, :, h_q:].transpose(1, 2), qkv[:, :, h_q + h_kv:].transpose(1, 2).float()
+        if past is not None:
+            keys = torch.cat([past[i][0].expand(n, -1, -1, -1), keys], dim=2)
+            values = torch.cat([past[i][1].expand(n, -1, -1, -1), values], dim=2)
+        attn = F.scaled_dot_product_attention(qk[:, :, :h_q].transpose(1, 2), keys, values,
+                                              attn_mask=masks[layer.sliding_window][:, None], scale=_scale(w),
+                                              enable_gqa=True)
+        x = _attention_residual(w, layer, x, attn.transpose(1, 2).reshape(n * length, h_q * d).to(w.dtype))
+        x = _mlp_residual(w, layer, x)
+        layer_kv.append((keys, values))
+    return x, layer_kv
+
+
 def fast_prefill(weights: LlamaWeights, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-                 position_ids: torch.Tensor, group_size: int, max_new_tokens: int):
+                 position_ids: torch.Tensor, group_size: int, max_new_tokens: int, prefix: torch.Tensor | None = None):
     """The prefill over left-padded prompts [B, P] on the packed weights: the first logits
     [B·G, V] (fp32) and a ``FastLlamaDecoder`` holding the prompts' keys and values.
 
     The same computation as the model's forward (and the same roundings as its bf16 autocast)
     without its per-call costs: no weight casts, one fused q/k/v and gate/up product per layer
     on all B·P tokens, attention through SDPA's fused kernel with a causal-and-padding mask,
-    narrowed to the window on sliding layers (a padding query may see itself, so that no row
-    of the softmax is empty).
+    narrowed to the window on sliding layers.
+
+    ``prefix`` [1, S]: tokens every prompt starts with, run once (``labelrl.rollout.prefix``);
+    ``input_ids`` then holds each prompt's remainder in that module's layout
+    (``remainder_inputs``: ``attention_mask`` [B, S + R] over prefix and remainder, positions
+    from S). Not for sliding-window layers, which count their window in columns.
     """
     with torch.autocast(device_type=input_ids.device.type, enabled=False):
-        w, (n, length) = weights, input_ids.shape
-        h_q, h_kv, d = w.n_heads, w.n_kv_heads, w.head_dim
-        like = torch.empty(0, dtype=torch.float32, device=input_ids.device)
-        tables = {key: (cos[position_ids][:, :, None], sin[position_ids][:, :, None])  # [B, P, 1, D]
-                  for key, (cos, sin) in _tables(w, int(position_ids.max()) + 1, like).items()}
-        index = torch.arange(length, device=input_ids.device)
-        distance = index[:, None] - index[None, :]  # query slot − key slot
-        allowed = (distance >= 0) & attention_mask.bool()[:, None, :]
-        masks = {window: (allowed & (distance < window) if window else allowed) | (distance == 0)
-                 for window in {layer.sliding_window for layer in w.layers}}
-        x = _embed(w, input_ids).reshape(n * length, -1)  # the fp32 residual stream
-        layer_kv = []
-        for layer in w.layers:
-            qkv = layer.qkv(_norm(x, layer.input_norm, w.eps).to(w.dtype)).view(n, length, h_q + 2 * h_kv, d)
-            qk = _rope_qk(w, layer, qkv[:, :, : h_q + h_kv], *tables[layer.rope_key])
-            keys, values = qk[:, :, h_q:].transpose(1, 2), qkv[:, :, h_q + h_kv:].transpose(1, 2).float()
-            attn = F.scaled_dot_product_attention(qk[:, :, :h_q].transpose(1, 2), keys, values,
-                                                  attn_mask=masks[layer.sliding_window][:, None], scale=_scale(w),
-                                                  enable_gqa=True)
-            x = _attention_residual(w, layer, x, attn.transpose(1, 2).reshape(n * length, h_q * d).to(w.dtype))
-            x = _mlp_residual(w, layer, x)
-            layer_kv.append((keys, values))
-        logits = _logits(w, x.view(n, length, -1)[:, -1]).repeat_interleave(group_size, dim=0)
-    return logits, FastLlamaDecoder(w, layer_kv, attention_mask, position_ids[:, -1:] + 1, group_size, max_new_tokens)
+        past = None
+        if prefix is not None:
+            assert not any(layer.sliding_window for layer in weights.layers), "a sliding window counts columns"
+            _, past = _prefill_layers(weights, prefix, torch.ones_like(prefix),
+                                      torch.arange(prefix.shape[1], device=prefix.device)[None], None)
+        x, layer_kv = _prefill_layers(weights, input_ids, attention_mask, position_ids, past)
+        n, length = input_ids.shape
+        logits = _logits(weights, x.view(n, length, -1)[:, -1]).repeat_interleave(group_size, dim=0)
+    return logits, FastLlamaDecoder(weights, layer_kv, attention_mask, position_ids[:, -1:] + 1, group_size,
+                                    max_new_tokens)
 
 
 class FastLlamaDecoder:

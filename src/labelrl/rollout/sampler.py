@@ -4,9 +4,11 @@ Each prompt is run through the model once (the B prompts batched with left paddi
 key/value cache is then repeated G times along the batch dimension, and all B*G samples
 decode together, one token per step. Compared with ``model.generate(num_return_sequences=G)``,
 which copies every prompt G times before the first forward pass, the prefill costs B prompt
-passes instead of B*G. The prefill always runs through the model's forward; the decode steps
-run through ``labelrl.rollout.fast_decode`` for the Llama, Qwen2, Qwen3 and Gemma 3 models it
-supports (``fast=True``, the default), else through the model's forward (``HFStepper``).
+passes instead of B*G. For the Llama, Qwen2, Qwen3 and Gemma 3 models
+``labelrl.rollout.fast_decode`` supports (``fast=True``, the default) the prefill and the decode
+steps run on its packed weights, and the tokens every prompt starts with (chat template and
+system message) are prefilled once (``labelrl.rollout.prefix``'s layout; not on sliding-window
+layers); other models run through their own forward (``HFStepper``).
 
 The helpers here (left padding, argument checks, logit warping, seeding, eval mode) are
 shared by every backend, so the backends agree on what each argument means.
@@ -329,9 +331,19 @@ def _prefill(model, prompt_ids, group_size: int, pad_token_id: int, weights, max
     """One forward over the B prompts (at ``dtype``); returns the first logits [B*G, V] and a
     stepper over B*G rows: with ``weights``, ``fast_prefill`` and the fast decoder, else the
     model's own forward and ``HFStepper``."""
-    input_ids, attention_mask, position_ids = left_pad(prompt_ids, pad_token_id, model_device(model))
+    device = model_device(model)
     if weights is not None:
-        return fast_prefill(weights, input_ids, attention_mask, position_ids, group_size, max_new_tokens)
+        from labelrl.rollout.prefix import remainder_inputs, shared_prefix_length
+
+        # the tokens every prompt starts with (template, system message) run once
+        sliding = any(layer.sliding_window for layer in weights.layers)
+        shared = 0 if sliding else shared_prefix_length(prompt_ids)
+        if shared:
+            prefix = torch.tensor([list(prompt_ids[0][:shared])], dtype=torch.long, device=device)
+            return fast_prefill(weights, *remainder_inputs(prompt_ids, shared, pad_token_id, device), group_size,
+                                max_new_tokens, prefix=prefix)
+        return fast_prefill(weights, *left_pad(prompt_ids, pad_token_id, device), group_size, max_new_tokens)
+    input_ids, attention_mask, position_ids = left_pad(prompt_ids, pad_token_id, device)
     cache = new_cache(model)
     with compute(model, dtype):
         out = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
