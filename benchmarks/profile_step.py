@@ -7,11 +7,13 @@ log-softmax, the Python between operators).
 The pass is ``benchmarks/rl_step.py``'s: SmolLM2-135M-Instruct + LoRA r=16 (all linear
 layers), 2 sms-spam training prompts × G = 4 completions of 32 tokens, the shared-prompt
 forward (``completion_logprobs_shared``) and its backward. One warm-up pass, then ``--runs``
-profiled passes of each of three variants, each keeping the changes before it: "before"
+profiled passes of each of four variants, each keeping the changes before it: "before"
 (autocast casts every frozen weight at every forward call, and peft's LoRA forward computes
 the update in bf16), "base cast once" (the frozen base's bf16 copy kept between forward calls,
-``labelrl.models.precision.frozen_weights_cast_once``) and "after" (the adapter's update in
-fp32 without peft's casts, ``precision._lean_lora_forward``: the default). Each operator's
+``labelrl.models.precision.frozen_weights_cast_once``), "+ fp32 adapter update" (the update in
+fp32 without peft's casts, ``precision._lean_lora_forward``), these three through the model's
+modules, and "+ lean pass" (``labelrl.rollout.lean_pass``, the default: fused q/k/v and
+gate/up products, each group's adapters as one pair of products, no per-module Python). Each operator's
 self time (its own, without the operators it calls) is summed per category over the passes.
 "outside operators" is the wall time minus every operator's self time: Python, the autograd
 engine's bookkeeping and module hooks. Then ``--runs`` passes of each without the profiler,
@@ -95,6 +97,19 @@ def profile(model, prompts, completions, pad: int, dtype: torch.dtype, runs: int
 
 
 @contextlib.contextmanager
+def module_pass():
+    """The training pass through the model's modules (``labelrl.rollout.lean_pass`` off)."""
+    import labelrl.rollout.logprobs as logprobs
+
+    kept = logprobs.lean_reason
+    logprobs.lean_reason = lambda model: "module pass requested"
+    try:
+        yield
+    finally:
+        logprobs.lean_reason = kept
+
+
+@contextlib.contextmanager
 def peft_adapter_forward():
     """peft's own LoRA forward (the update's products in bf16 under autocast, its casts and
     scaling product) instead of ``precision._lean_lora_forward``."""
@@ -103,7 +118,8 @@ def peft_adapter_forward():
     kept = precision._lora_layers
     precision._lora_layers = lambda model: []
     try:
-        yield
+        with module_pass():
+            yield
     finally:
         precision._lora_layers = kept
 
@@ -125,7 +141,7 @@ def casts_per_call():
 
 # Each step keeps the ones before it: the first column is the pass before either change.
 VARIANTS = (("before", casts_per_call), ("base cast once", peft_adapter_forward),
-            ("after: + fp32 adapter update", contextlib.nullcontext))
+            ("+ fp32 adapter update", module_pass), ("+ lean pass (default)", contextlib.nullcontext))
 
 
 def unprofiled(model, prompts, completions, pad: int, dtype: torch.dtype, runs: int) -> dict[str, float]:

@@ -78,12 +78,13 @@ LABELS = {"labelrl": "labelrl (default, skip)", "labelrl_fp32": "labelrl fp32", 
 RESULT_MARK = "RL_STEP_RESULT "
 
 
-def rl_config(group_size: int, steps: int, out: Path, skip: bool, precision: str = "auto"):
+def rl_config(group_size: int, steps: int, out: Path, skip: bool, precision: str = "auto",
+              prompts_per_step: int = PROMPTS_PER_STEP):
     from labelrl.train.config import RLConfig
 
     return RLConfig(
         model=MODEL, data=DATA, lora=True, lora_r=16, lora_alpha=32, group_size=group_size,
-        prompts_per_step=PROMPTS_PER_STEP, max_new_tokens=MAX_NEW_TOKENS, steps=steps, quiet=True,
+        prompts_per_step=prompts_per_step, max_new_tokens=MAX_NEW_TOKENS, steps=steps, quiet=True,
         out=out, seed=SEED, learning_rate=LEARNING_RATE, skip_uninformative=skip,
         checkpoint_every=10_000, precision=precision,
     )

@@ -32,7 +32,8 @@ weights: decoding is bound by reading them), and in fp32 the residual stream, th
 the rotary embedding, the attention with its key/value cache (the CPU attention kernel is
 slower in bf16, and the cache is small next to the weights), and the vocabulary projection,
 so the logits a token is drawn from are fp32. A trained adapter's low-rank update is computed
-in fp32 and its sum with the projection stays fp32, as ``fp32_adapter_sum`` has it. A norm
+in fp32 from the fp32 input (before its rounding for the base product) and its sum with the
+projection stays fp32, as ``fp32_adapter_sum`` has it. A norm
 whose input is a projection output (q/k norms, Gemma's output norms) rounds its result back to
 that output's dtype, as transformers does.
 
@@ -220,22 +221,23 @@ def _rope_qk(w: LlamaWeights, layer, qk: torch.Tensor, cos: torch.Tensor, sin: t
 
 
 def _attention_residual(w: LlamaWeights, layer, x: torch.Tensor, attn: torch.Tensor) -> torch.Tensor:
-    """x + o_proj(attn) [Gemma 3: + norm(o_proj(attn)), rounded to the projection output's dtype]."""
+    """x + o_proj(attn) [Gemma 3: + norm(o_proj(attn)), rounded to the projection output's dtype];
+    ``attn`` fp32, rounded to the compute dtype for the base product, as it is for the update."""
     if layer.attn_out_norm is None:
-        return layer.o.add_to(x, attn)
-    out = layer.o(attn)
+        return layer.o.add_to(x, attn.to(w.dtype), attn)
+    out = layer.o(attn.to(w.dtype), attn)
     return x + (_exact_norm(out.float(), w.eps) * layer.attn_out_norm).to(out.dtype)
 
 
 def _mlp_residual(w: LlamaWeights, layer, x: torch.Tensor) -> torch.Tensor:
     """x + down(act(gate) · up) of the normed x [Gemma 3: the MLP output normed too]."""
-    h = _norm(x, layer.mlp_norm, w.eps).to(w.dtype)
-    gate, up = layer.gate_up(h).chunk(2, dim=-1)
+    h = _norm(x, layer.mlp_norm, w.eps)
+    gate, up = layer.gate_up(h.to(w.dtype), h).chunk(2, dim=-1)
     # fp32 where an adapter's update joined gate/up (fp32_adapter_sum), then rounded for the product
-    hidden = ((F.silu(gate) if w.activation == "silu" else F.gelu(gate, approximate="tanh")) * up).to(w.dtype)
+    hidden = (F.silu(gate) if w.activation == "silu" else F.gelu(gate, approximate="tanh")) * up
     if layer.mlp_out_norm is None:
-        return layer.down.add_to(x, hidden)
-    out = layer.down(hidden)
+        return layer.down.add_to(x, hidden.to(w.dtype), hidden)
+    out = layer.down(hidden.to(w.dtype), hidden)
     return x + (_exact_norm(out.float(), w.eps) * layer.mlp_out_norm).to(out.dtype)
 
 
@@ -274,7 +276,8 @@ def _prefill_layers(w: LlamaWeights, input_ids: torch.Tensor, columns: torch.Ten
     x = _embed(w, input_ids).reshape(n * length, -1)  # the fp32 residual stream
     layer_kv = []
     for i, layer in enumerate(w.layers):
-        qkv = layer.qkv(_norm(x, layer.input_norm, w.eps).to(w.dtype)).view(n, length, h_q + 2 * h_kv, d)
+        h = _norm(x, layer.input_norm, w.eps)
+        qkv = layer.qkv(h.to(w.dtype), h).view(n, length, h_q + 2 * h_kv, d)
         qk = _rope_qk(w, layer, qkv[:, :, : h_q + h_kv], *tables[layer.rope_key])
         keys, values = qk[:, :, h_q:].transpose(1, 2), qkv[:, :, h_q + h_kv:].transpose(1, 2).float()
         if past is not None:
@@ -283,7 +286,7 @@ def _prefill_layers(w: LlamaWeights, input_ids: torch.Tensor, columns: torch.Ten
         attn = F.scaled_dot_product_attention(qk[:, :, :h_q].transpose(1, 2), keys, values,
                                               attn_mask=masks[layer.sliding_window][:, None], scale=_scale(w),
                                               enable_gqa=True)
-        x = _attention_residual(w, layer, x, attn.transpose(1, 2).reshape(n * length, h_q * d).to(w.dtype))
+        x = _attention_residual(w, layer, x, attn.transpose(1, 2).reshape(n * length, h_q * d))
         x = _mlp_residual(w, layer, x)
         layer_kv.append((keys, values))
     return x, layer_kv
@@ -370,7 +373,8 @@ class FastLlamaDecoder:
                   for key, (cos, sin) in self.tables.items()}
         x = _embed(w, tokens)  # [N, hidden], the fp32 residual stream
         for layer, keys, values in zip(w.layers, self.keys, self.values):
-            qkv = layer.qkv(_norm(x, layer.input_norm, w.eps).to(w.dtype))  # [N, (H + 2·KV)·D]
+            h = _norm(x, layer.input_norm, w.eps)
+            qkv = layer.qkv(h.to(w.dtype), h)  # [N, (H + 2·KV)·D]
             qk = _rope_qk(w, layer, qkv[:, : (h_q + h_kv) * d].view(n, h_q + h_kv, d), *tables[layer.rope_key])
             keys[:, :, slot].copy_(qk[:, h_q:])
             values[:, :, slot].copy_(qkv[:, (h_q + h_kv) * d:].view(n, h_kv, d))
@@ -381,7 +385,7 @@ class FastLlamaDecoder:
             q = qk[:, :h_q].reshape(n, h_kv, h_q // h_kv, d)
             attn = F.scaled_dot_product_attention(q, keys[:, :, start : slot + 1], values[:, :, start : slot + 1],
                                                   attn_mask=mask, scale=self.scale)
-            x = _attention_residual(w, layer, x, attn.reshape(n, h_q * d).to(w.dtype))
+            x = _attention_residual(w, layer, x, attn.reshape(n, h_q * d))
             x = _mlp_residual(w, layer, x)
         self.length += 1
         self.positions = self.positions + 1

@@ -101,18 +101,20 @@ class Projection:
     def __init__(self, base: PackedLinear, low_rank: LowRank | None):
         self.base, self.low_rank = base, low_rank
 
-    def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        """x·Wᵀ in the weight's dtype; with a low-rank update, x·Wᵀ + Δy in fp32."""
+    def __call__(self, x: torch.Tensor, exact: torch.Tensor | None = None) -> torch.Tensor:
+        """x·Wᵀ in the weight's dtype; with a low-rank update, x·Wᵀ + Δy in fp32. ``exact``: the
+        fp32 input x was rounded from, which the update reads, as the training pass's does
+        (``fp32_adapter_sum``, ``labelrl.rollout.lean_pass``); None: x itself."""
         y = self.base(x)
-        return y if self.low_rank is None else torch.addmm(y.float(), self._down(x), self.low_rank.b_t)
+        return y if self.low_rank is None else torch.addmm(y.float(), self._down(x, exact), self.low_rank.b_t)
 
-    def add_to(self, residual: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    def add_to(self, residual: torch.Tensor, x: torch.Tensor, exact: torch.Tensor | None = None) -> torch.Tensor:
         out = self.base.add_to(residual, x)
-        return out if self.low_rank is None else torch.addmm(out.float(), self._down(x), self.low_rank.b_t)
+        return out if self.low_rank is None else torch.addmm(out.float(), self._down(x, exact), self.low_rank.b_t)
 
-    def _down(self, x: torch.Tensor) -> torch.Tensor:
+    def _down(self, x: torch.Tensor, exact: torch.Tensor | None) -> torch.Tensor:
         """x·Aᵀ in fp32 [N, R]."""
-        return x.float() @ self.low_rank.a.t()
+        return (x.float() if exact is None else exact) @ self.low_rank.a.t()
 
 
 @dataclass

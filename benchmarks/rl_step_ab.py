@@ -1,0 +1,161 @@
+"""One change to the RL step, measured with both arms in one process, alternating step by step.
+
+    .venv/bin/python benchmarks/rl_step_ab.py --compare adapter-update|training-pass|prefill|all
+        [--prompts 2] [--json OUT] [--runs 6] [--precision bf16|fp32] [--threads N]
+
+The step is ``benchmarks/rl_step.py``'s at G = 4 without the skip rule (every group trains):
+SmolLM2-135M-Instruct + LoRA r=16 on all linear layers, ``--prompts`` sms-spam prompts × 4
+completions of at most 32 tokens, sampling and the training pass. Separate invocations on a
+shared machine differ by more than most changes do, so each arm puts back what ran before one
+change and the other runs the default:
+
+- ``adapter-update``: the adapter's update in bf16, in the sampler (its factors bf16, summed in
+  bf16) and in the training pass (peft's own LoRA forward, ``profile_step.peft_adapter_forward``),
+  against fp32 (``precision._lean_lora_forward``; the sampler's fp32 low-rank update);
+- ``training-pass``: the pass through the model's modules against ``labelrl.rollout.lean_pass``;
+- ``prefill``: every prompt prefilled whole against the prefix they share prefilled once;
+- ``all``: the module pass with prompts prefilled whole against the default (the last two).
+
+One warm-up step of each arm, then ``--runs`` steps of each, alternating so the machine's noise
+hits both alike; medians of the step and of its sampling and training parts, and their ratios.
+The two arms train the same run, so their rewards are not comparable; their times are.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import torch  # noqa: E402
+from common import DTYPES, busy_note, cpu_line  # noqa: E402  (benchmarks/common.py)
+from rich.console import Console  # noqa: E402
+from rich.table import Table  # noqa: E402
+
+import labelrl.rollout.fused as fused  # noqa: E402
+from labelrl import metrics_keys as K  # noqa: E402
+from labelrl.fileio import atomic_write_json  # noqa: E402
+from profile_step import module_pass, peft_adapter_forward  # noqa: E402  (benchmarks/profile_step.py)
+from rl_step import rl_config  # noqa: E402  (benchmarks/rl_step.py)
+
+GROUP_SIZE = 4
+
+
+def _bf16_call(self, x: torch.Tensor) -> torch.Tensor:
+    y = self.base(x)
+    return y if self.low_rank is None else torch.addmm(y, x @ self.low_rank.a.t(), self.low_rank.b_t)
+
+
+def _bf16_add_to(self, residual: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    out = self.base.add_to(residual, x)
+    return out if self.low_rank is None else out + (x @ self.low_rank.a.t()) @ self.low_rank.b_t
+
+
+@contextlib.contextmanager
+def bf16_update():
+    """The adapter's update in bf16, in the sampler and in the training pass."""
+    kept = fused.Projection.__call__, fused.Projection.add_to, fused.low_rank
+
+    def bf16_low_rank(modules):
+        update = kept[2](modules)
+        return None if update is None else fused.LowRank(a=update.a.bfloat16(), b_t=update.b_t.bfloat16())
+
+    fused.Projection.__call__, fused.Projection.add_to, fused.low_rank = _bf16_call, _bf16_add_to, bf16_low_rank
+    try:
+        with peft_adapter_forward():  # the module pass, where peft's forward runs
+            yield
+    finally:
+        fused.Projection.__call__, fused.Projection.add_to, fused.low_rank = kept
+
+
+@contextlib.contextmanager
+def prompts_prefilled_whole():
+    """The sampler prefills every prompt whole (the training pass keeps its own prefix)."""
+    import labelrl.rollout.prefix as prefix
+
+    kept = prefix.shared_prefix_length
+    prefix.shared_prefix_length = lambda *args, **kwargs: 0  # the sampler looks it up at each call
+    try:
+        yield
+    finally:
+        prefix.shared_prefix_length = kept
+
+
+@contextlib.contextmanager
+def before_both():
+    with module_pass(), prompts_prefilled_whole():
+        yield
+
+
+COMPARISONS = {
+    "adapter-update": (("bf16 update", bf16_update), ("fp32 update", module_pass)),
+    "training-pass": (("module pass", module_pass), ("lean pass (default)", contextlib.nullcontext)),
+    "prefill": (("prompts prefilled whole", prompts_prefilled_whole), ("shared prefix once (default)", contextlib.nullcontext)),
+    "all": (("module pass, prompts whole", before_both), ("default", contextlib.nullcontext)),
+}
+
+
+def arguments() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--compare", choices=sorted(COMPARISONS), required=True)
+    parser.add_argument("--prompts", type=int, default=2, help="prompts per step (rl_step.py: 2)")
+    parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument("--runs", type=int, default=6)
+    parser.add_argument("--precision", choices=sorted(DTYPES), default="bf16")
+    parser.add_argument("--threads", type=int, default=None)
+    args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    return args
+
+
+def main() -> None:
+    from labelrl.train.rl import rl_step, start_run
+
+    args = arguments()
+    arms = COMPARISONS[args.compare]
+    console = Console()
+    console.print(cpu_line(), highlight=False)
+    machine = busy_note()
+    figures: dict[str, dict[str, list[float]]] = {label: {"step": [], "sample": [], "train": []} for label, _ in arms}
+    with tempfile.TemporaryDirectory(prefix="rl_step_ab_") as tmp:
+        # one step more than it takes: the run's last step would score val, which is not timed here
+        config = rl_config(GROUP_SIZE, 2 * (args.runs + 1) + 1, Path(tmp) / "run", skip=False, precision=args.precision,
+                           prompts_per_step=args.prompts)
+        run = start_run(config)
+        for index in range(args.runs + 1):
+            for label, context in arms:
+                with context():
+                    started = time.perf_counter()
+                    record = rl_step(run)
+                    elapsed = time.perf_counter() - started
+                if index == 0:
+                    continue  # warm-up
+                figures[label]["step"].append(elapsed)
+                figures[label]["sample"].append(record[K.SAMPLE_SECONDS])
+                figures[label]["train"].append(record[K.UPDATE_SECONDS])
+    medians = {label: {part: statistics.median(values) for part, values in parts.items()} for label, parts in figures.items()}
+    table = Table(title=f"RL step, SmolLM2-135M + LoRA r=16, {args.prompts} prompts × G={GROUP_SIZE}, ≤32 new tokens, "
+                        f"{args.precision}, median of {args.runs} alternating steps")
+    for column in ("arm", "s/step", "sampling s", "training s"):
+        table.add_column(column, justify="right")
+    for label, row in medians.items():
+        table.add_row(label, *(f"{row[part]:.2f}" for part in ("step", "sample", "train")))
+    before, after = medians[arms[0][0]], medians[arms[1][0]]
+    table.add_row("ratio first / second", *(f"{before[part] / after[part]:.2f}×" for part in ("step", "sample", "train")))
+    console.print(table)
+    console.print(f"{cpu_line()}; start: {machine}; end: {busy_note()}", highlight=False)
+    if args.json:
+        atomic_write_json(args.json, {"cpu": cpu_line(), "compare": args.compare, "prompts": args.prompts,
+                                      "precision": args.precision, "runs": args.runs, "medians": medians,
+                                      "steps": figures})
+
+
+if __name__ == "__main__":
+    main()
