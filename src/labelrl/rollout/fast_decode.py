@@ -253,26 +253,30 @@ def _scale(w: LlamaWeights) -> float:
     return w.attn_scale if w.attn_scale is not None else w.head_dim ** -0.5
 
 
+def attention_masks(columns: torch.Tensor, length: int, windows) -> dict:
+    """{window: bool mask [n, L, C + L]} for ``length`` queries after C cached
+    columns, ``columns`` [n, C + L] marking the real tokens: a query at column C + i sees the real
+    columns up to its own (within ``window`` of it, when not None), and always itself, so that a
+    padding query's softmax is not empty (its output is never read: no real query sees it)."""
+    before = columns.shape[1] - length
+    query = torch.arange(before, before + length, device=columns.device)
+    distance = query[:, None] - torch.arange(before + length, device=columns.device)[None, :]  # query − key column
+    allowed = (distance >= 0) & columns.bool()[:, None, :]
+    return {window: (allowed & (distance < window) if window else allowed) | (distance == 0) for window in windows}
+
+
 def _prefill_layers(w: LlamaWeights, input_ids: torch.Tensor, columns: torch.Tensor, position_ids: torch.Tensor,
                     past: list | None) -> tuple[torch.Tensor, list]:
     """Every layer over ``input_ids`` [n, L] after the cached ``past`` (per layer (keys,
     values) [n or 1, KV, C, D], fp32; None: nothing before), ``columns`` [n, C + L] marking the
-    real tokens of cache and input. Returns the residual stream [n·L, hidden] after the last
-    layer and each layer's keys and values over all C + L columns.
-
-    A query at column C + i sees the real columns up to its own (a sliding layer only its last
-    ``sliding_window``), and always itself, so that a padding query's softmax is not empty."""
+    real tokens of cache and input (``attention_masks``). Returns the residual stream [n·L,
+    hidden] after the last layer and each layer's keys and values over all C + L columns."""
     n, length = input_ids.shape
     h_q, h_kv, d = w.n_heads, w.n_kv_heads, w.head_dim
-    before = 0 if past is None else past[0][0].shape[2]
     like = torch.empty(0, dtype=torch.float32, device=input_ids.device)
     tables = {key: (cos[position_ids][:, :, None], sin[position_ids][:, :, None])  # [n, L, 1, D]
               for key, (cos, sin) in _tables(w, int(position_ids.max()) + 1, like).items()}
-    query = torch.arange(before, before + length, device=input_ids.device)
-    distance = query[:, None] - torch.arange(before + length, device=input_ids.device)[None, :]  # query − key column
-    allowed = (distance >= 0) & columns.bool()[:, None, :]
-    masks = {window: (allowed & (distance < window) if window else allowed) | (distance == 0)
-             for window in {layer.sliding_window for layer in w.layers}}
+    masks = attention_masks(columns, length, {layer.sliding_window for layer in w.layers})
     x = _embed(w, input_ids).reshape(n * length, -1)  # the fp32 residual stream
     layer_kv = []
     for i, layer in enumerate(w.layers):

@@ -36,7 +36,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from labelrl.models.precision import low_precision_weight
-from labelrl.rollout.fast_decode import _norm, _rope_qk, rotary_tables, unsupported_reason
+from labelrl.rollout.fast_decode import _norm, _rope_qk, attention_masks, rotary_tables, unsupported_reason
 from labelrl.rollout.fused import LLAMA_PROJECTIONS, base_model, frozen_bias, frozen_weight, is_gemma3
 
 __all__ = ["lean_reason", "lean_weights", "lean_prompt_cache", "lean_logits"]
@@ -175,17 +175,6 @@ def lean_weights(model: nn.Module, dtype: torch.dtype) -> LeanWeights:
                        rotary=base.model.rotary_emb)
 
 
-def _mask(columns: torch.Tensor, past: int) -> torch.Tensor:
-    """[B, 1, S, past + S] bool: query i (at column past + i) sees the real columns up to its
-    own; it always sees itself, so that a padding query's softmax has a term (its output is
-    never read: no real query attends to a padding key)."""
-    n_cols = columns.shape[1]
-    query = torch.arange(past, n_cols, device=columns.device)[:, None]
-    key = torch.arange(n_cols, device=columns.device)[None, :]
-    allowed = ((key <= query) & columns.bool()[:, None, :]) | (key == query)
-    return allowed[:, None]
-
-
 def _layer(w: LeanWeights, layer: LeanLayer, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
            mask: torch.Tensor, past: tuple[torch.Tensor, torch.Tensor] | None):
     """One decoder layer over x [B, S, hidden] (fp32) after ``past`` (keys, values)
@@ -211,7 +200,7 @@ def _forward(w: LeanWeights, ids: torch.Tensor, columns: torch.Tensor, positions
     like = torch.empty(0, dtype=torch.float32, device=ids.device)
     cos, sin = rotary_tables(w, int(positions.max()) + 1, like)
     cos, sin = cos[positions][:, :, None], sin[positions][:, :, None]  # [B, S, 1, D]
-    mask = _mask(columns, columns.shape[1] - ids.shape[1])
+    mask = attention_masks(columns, ids.shape[1], {None})[None][:, None]  # [B, 1, S, L + S]
     x = F.embedding(ids, w.embed)  # the fp32 residual stream
     cache = []
     for i, layer in enumerate(w.layers):
