@@ -87,6 +87,7 @@ def rl_config(group_size: int, steps: int, out: Path, skip: bool, precision: str
         prompts_per_step=prompts_per_step, max_new_tokens=MAX_NEW_TOKENS, steps=steps, quiet=True,
         out=out, seed=SEED, learning_rate=LEARNING_RATE, skip_uninformative=skip,
         checkpoint_every=10_000, precision=precision,
+        val_path=False,  # TRL scores nothing on val between steps; the last step would score 200 items
     )
 
 
