@@ -93,15 +93,17 @@ def cpu_line() -> str:
     return f"CPU: {model} ({shown}; {native}); torch threads {torch.get_num_threads()}"
 
 
-def timing_args(description: str):
+def timing_args(description: str, runs: int = 5, extra=None):
     """The options the per-workload timing scripts share (``--json``, ``--runs``, ``--precision``,
-    ``--threads``), parsed, with the thread count applied."""
+    ``--threads``), parsed, with the thread count applied; ``extra(parser)`` adds a script's own."""
     import argparse
     from pathlib import Path
 
     parser = argparse.ArgumentParser(description=description)
+    if extra is not None:
+        extra(parser)
     parser.add_argument("--json", type=Path, default=None)
-    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--runs", type=int, default=runs)
     parser.add_argument("--precision", choices=sorted(DTYPES), default="bf16")
     parser.add_argument("--threads", type=int, default=None)
     args = parser.parse_args()

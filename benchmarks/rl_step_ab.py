@@ -34,7 +34,7 @@ from pathlib import Path
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import torch  # noqa: E402
-from common import DTYPES, busy_note, cpu_line  # noqa: E402  (benchmarks/common.py)
+from common import busy_note, cpu_line, timing_args  # noqa: E402  (benchmarks/common.py)
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
@@ -102,17 +102,11 @@ COMPARISONS = {
 
 
 def arguments() -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--compare", choices=sorted(COMPARISONS), required=True)
-    parser.add_argument("--prompts", type=int, default=2, help="prompts per step (rl_step.py: 2)")
-    parser.add_argument("--json", type=Path, default=None)
-    parser.add_argument("--runs", type=int, default=6)
-    parser.add_argument("--precision", choices=sorted(DTYPES), default="bf16")
-    parser.add_argument("--threads", type=int, default=None)
-    args = parser.parse_args()
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    return args
+    def own(parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--compare", choices=sorted(COMPARISONS), required=True)
+        parser.add_argument("--prompts", type=int, default=2, help="prompts per step (rl_step.py: 2)")
+
+    return timing_args(__doc__.split("\n\n")[0], runs=6, extra=own)
 
 
 def main() -> None:
