@@ -1,6 +1,6 @@
 """One change to the RL step, measured with both arms in one process, alternating step by step.
 
-    .venv/bin/python benchmarks/rl_step_ab.py --compare adapter-update|training-pass|prefill|all
+    .venv/bin/python benchmarks/rl_step_ab.py --compare adapter-update|training-pass|prefill|padding|all
         [--prompts 2] [--json OUT] [--runs 6] [--precision bf16|fp32] [--threads N]
 
 The step is ``benchmarks/rl_step.py``'s at G = 4 without the skip rule (every group trains):
@@ -14,6 +14,8 @@ change and the other runs the default:
   against fp32 (``precision._lean_lora_forward``; the sampler's fp32 low-rank update);
 - ``training-pass``: the pass through the model's modules against ``labelrl.rollout.lean_pass``;
 - ``prefill``: every prompt prefilled whole against the prefix they share prefilled once;
+- ``padding``: the lean pass over every completion slot up to the group's longest completion
+  against its real tokens only;
 - ``all``: the module pass with prompts prefilled whole against the default (the last two).
 
 One warm-up step of each arm, then ``--runs`` steps of each, alternating so the machine's noise
@@ -88,6 +90,25 @@ def prompts_prefilled_whole():
 
 
 @contextlib.contextmanager
+def completions_padded():
+    """The lean pass over every completion slot up to the longest, padding included: with every
+    slot marked real it computes them all (a pad slot follows its completion's real tokens, which
+    causal attention keeps from seeing it), and the log-probs are read at the real ones."""
+    import labelrl.rollout.logprobs as logprobs
+
+    kept = logprobs.lean_logits
+
+    def padded(model, prompt_ids, targets, mask, *args):
+        return kept(model, prompt_ids, targets, torch.ones_like(mask), *args)
+
+    logprobs.lean_logits = padded
+    try:
+        yield
+    finally:
+        logprobs.lean_logits = kept
+
+
+@contextlib.contextmanager
 def before_both():
     with module_pass(), prompts_prefilled_whole():
         yield
@@ -97,6 +118,7 @@ COMPARISONS = {
     "adapter-update": (("bf16 update", bf16_update), ("fp32 update", module_pass)),
     "training-pass": (("module pass", module_pass), ("lean pass (default)", contextlib.nullcontext)),
     "prefill": (("prompts prefilled whole", prompts_prefilled_whole), ("shared prefix once (default)", contextlib.nullcontext)),
+    "padding": (("completions padded", completions_padded), ("real tokens only (default)", contextlib.nullcontext)),
     "all": (("module pass, prompts whole", before_both), ("default", contextlib.nullcontext)),
 }
 

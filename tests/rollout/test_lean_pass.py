@@ -163,3 +163,19 @@ def test_the_shared_pass_takes_the_lean_route_only_where_it_applies(monkeypatch)
         with_adapter, _ = shared(adapted)
         assert ran == [1]
     assert not torch.equal(base_only, with_adapter)
+
+
+def test_a_completion_shorter_than_the_longest_runs_over_its_own_tokens_only(monkeypatch):
+    """The completions' layers see the inputs that predict a real token (Σ (length − 1)), not
+    the padded [N, T − 1] slots; the log-probs are the module pass's (the first test)."""
+    model = lora(tiny_llama())
+    seen, real = [], lean_pass._layer
+    monkeypatch.setattr(lean_pass, "_layer", lambda w, layer, x, *rest: seen.append(x.shape[0]) or real(w, layer, x, *rest))
+    with torch.no_grad():
+        values, mask = shared(model)
+    n_layers = len(model.get_base_model().model.layers)
+    padded = len(COMPLETIONS) * (max(map(len, COMPLETIONS)) - 1)
+    inputs = sum(len(c) - 1 for c in COMPLETIONS)
+    assert inputs < padded
+    assert seen[-n_layers:] == [inputs] * n_layers
+    assert bool((values[mask] < 0).all()) and bool((values[~mask] == 0).all())

@@ -176,39 +176,56 @@ def lean_weights(model: nn.Module, dtype: torch.dtype) -> LeanWeights:
 
 
 def _layer(w: LeanWeights, layer: LeanLayer, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
-           mask: torch.Tensor, past: tuple[torch.Tensor, torch.Tensor] | None):
-    """One decoder layer over x [B, S, hidden] (fp32) after ``past`` (keys, values)
-    [B, KV, L, D]; returns the new x and the keys/values through this call's tokens."""
-    (n, s, _), h_q, h_kv, d = x.shape, w.n_heads, w.n_kv_heads, w.head_dim
-    qkv = layer.qkv(_norm(x, layer.input_norm, w.eps)).view(n, s, h_q + 2 * h_kv, d)
-    qk = _rope_qk(w, layer, qkv[:, :, : h_q + h_kv], cos, sin)
-    keys, values = qk[:, :, h_q:].transpose(1, 2), qkv[:, :, h_q + h_kv:].transpose(1, 2)
+           mask: torch.Tensor, past: tuple[torch.Tensor, torch.Tensor] | None, shape: tuple[int, int],
+           tokens: torch.Tensor | None):
+    """One decoder layer over the tokens x [M, hidden] (fp32) of a [B, S] input (``tokens``: their
+    flat indices into B·S, ascending; None: all of them, M = B·S) after ``past`` (keys, values)
+    [B, KV, L, D]. Norms, projections and the MLP run on the M tokens alone; attention runs on the
+    [B, S] layout, the other slots zero (never seen by a computed token: ``attention_masks``
+    hides the columns that are not real). Returns the new x and the keys/values through this
+    call's slots."""
+    (n, s), h_q, h_kv, d = shape, w.n_heads, w.n_kv_heads, w.head_dim
+    qkv = layer.qkv(_norm(x, layer.input_norm, w.eps)).view(-1, h_q + 2 * h_kv, d)
+    qk, v = _rope_qk(w, layer, qkv[:, : h_q + h_kv], cos, sin), qkv[:, h_q + h_kv:]
+    if tokens is not None:
+        qk, v = (t.new_zeros(n * s, *t.shape[1:]).index_copy(0, tokens, t) for t in (qk, v))
+    qk, v = qk.view(n, s, h_q + h_kv, d), v.view(n, s, h_kv, d)
+    keys, values = qk[:, :, h_q:].transpose(1, 2), v.transpose(1, 2)
     if past is not None:
         keys, values = torch.cat([past[0], keys], dim=2), torch.cat([past[1], values], dim=2)
     attn = F.scaled_dot_product_attention(qk[:, :, :h_q].transpose(1, 2), keys, values, attn_mask=mask,
                                           scale=d ** -0.5, enable_gqa=True)
-    x = x + layer.o(attn.transpose(1, 2).reshape(n, s, h_q * d))
+    attn = attn.transpose(1, 2).reshape(n * s, h_q * d)
+    x = x + layer.o(attn if tokens is None else attn.index_select(0, tokens))
     gate, up = layer.gate_up(_norm(x, layer.mlp_norm, w.eps)).chunk(2, dim=-1)
     return x + layer.down(F.silu(gate) * up), (keys, values)
 
 
 def _forward(w: LeanWeights, ids: torch.Tensor, columns: torch.Tensor, positions: torch.Tensor,
-             past: list | None, keep: int) -> tuple[torch.Tensor | None, list]:
+             past: list | None, keep: int, tokens: torch.Tensor | None = None) -> tuple[torch.Tensor | None, list]:
     """ids [B, S] at ``positions`` [B, S] after the cached ``past`` (per layer, keys and values
     [B, KV, L, D]); ``columns`` [B, L + S] marks the real tokens. Returns fp32 logits of the last
-    ``keep`` positions [B, keep, V] (None for 0) and the cache through these tokens."""
+    ``keep`` positions [B, keep, V] (None for 0) and the cache through these tokens; with
+    ``tokens`` (flat indices into B·S), only those tokens are computed and their logits [M, V]
+    returned."""
+    n, s = ids.shape
     like = torch.empty(0, dtype=torch.float32, device=ids.device)
     cos, sin = rotary_tables(w, int(positions.max()) + 1, like)
-    cos, sin = cos[positions][:, :, None], sin[positions][:, :, None]  # [B, S, 1, D]
-    mask = attention_masks(columns, ids.shape[1], {None})[None][:, None]  # [B, 1, S, L + S]
-    x = F.embedding(ids, w.embed)  # the fp32 residual stream
+    flat_ids, flat_positions = ids.reshape(-1), positions.reshape(-1)
+    if tokens is not None:
+        flat_ids, flat_positions = flat_ids[tokens], flat_positions[tokens]
+    cos, sin = cos[flat_positions][:, None], sin[flat_positions][:, None]  # [M, 1, D]
+    mask = attention_masks(columns, s, {None})[None][:, None]  # [B, 1, S, L + S]
+    x = F.embedding(flat_ids, w.embed)  # the fp32 residual stream [M, hidden]
     cache = []
     for i, layer in enumerate(w.layers):
-        x, kv = _layer(w, layer, x, cos, sin, mask, None if past is None else past[i])
+        x, kv = _layer(w, layer, x, cos, sin, mask, None if past is None else past[i], (n, s), tokens)
         cache.append(kv)
-    if keep == 0:
-        return None, cache
-    hidden = _norm(x[:, -keep:], w.final_norm, w.eps)
+    if tokens is None:
+        if keep == 0:
+            return None, cache
+        x = x.view(n, s, -1)[:, -keep:]
+    hidden = _norm(x, w.final_norm, w.eps)
     bias = None if w.head_bias is None else w.head_bias.float()
     return F.linear(hidden, w.head.float(), bias), cache
 
@@ -233,19 +250,28 @@ def lean_prompt_cache(w: LeanWeights, prompt_ids: Sequence[Sequence[int]], share
 
 
 def lean_logits(model: nn.Module, prompt_ids: Sequence[Sequence[int]], targets: torch.Tensor, mask: torch.Tensor,
-                group_size: int, shared: int, pad: int, dtype: torch.dtype) -> torch.Tensor:
-    """Logits [N, T, V] (fp32) predicting each completion token ``targets`` [N, T] (N = B·G,
-    grouped by prompt; ``mask`` marks the real ones): the prompts once, their cache repeated G
-    times, the completions on top, as ``completion_logprobs_shared`` runs the module pass."""
+                group_size: int, shared: int, pad: int, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """The logits [M, V] (fp32) predicting the real completion tokens among ``targets`` [N, T]
+    (N = B·G, grouped by prompt; ``mask`` marks the real ones), and where they stand: flat
+    indices into N·T (each position 0, then the rest). The prompts run once, their cache repeated G times, the
+    completions on top, as ``completion_logprobs_shared`` runs the module pass; a completion
+    shorter than the longest is computed over its own tokens only (its padding is not run
+    through the projections, the MLP or the vocabulary projection)."""
     w = lean_weights(model, dtype)
-    with torch.autocast(device_type=targets.device.type, enabled=False):  # every dtype is set explicitly
-        logits, cache, columns, last = lean_prompt_cache(w, prompt_ids, shared, pad, targets.device)
-        logits = logits.repeat_interleave(group_size, dim=0)  # [N, 1, V]: predicts token 0
-        width = targets.shape[1]
+    n, width = targets.shape
+    device = targets.device
+    with torch.autocast(device_type=device.type, enabled=False):  # every dtype is set explicitly
+        logits, cache, columns, last = lean_prompt_cache(w, prompt_ids, shared, pad, device)
+        parts = [logits[:, 0].repeat_interleave(group_size, dim=0)]  # [N, V]: predicts token 0
+        where = [torch.arange(n, device=device) * width]
         if width > 1:
+            # the token at offset o is an input when token o + 1 is real
+            inputs = mask[:, 1:].reshape(-1).nonzero().squeeze(1)
+            tokens = None if inputs.numel() == mask[:, 1:].numel() else inputs
             past = [tuple(t.repeat_interleave(group_size, dim=0) for t in kv) for kv in cache]
-            columns = torch.cat([columns.repeat_interleave(group_size, dim=0), mask[:, :-1].long()], dim=1)
-            positions = last.repeat_interleave(group_size, dim=0) + 1 + torch.arange(width - 1, device=targets.device)
-            rest, _ = _forward(w, targets[:, :-1], columns, positions, past, keep=width - 1)
-            logits = torch.cat([logits, rest], dim=1)
-    return logits
+            columns = torch.cat([columns.repeat_interleave(group_size, dim=0), mask[:, 1:].long()], dim=1)
+            positions = last.repeat_interleave(group_size, dim=0) + 1 + torch.arange(width - 1, device=device)
+            rest, _ = _forward(w, targets[:, :-1], columns, positions, past, keep=width - 1, tokens=tokens)
+            parts.append(rest.reshape(-1, rest.shape[-1]))
+            where.append(inputs // (width - 1) * width + inputs % (width - 1) + 1)
+    return torch.cat(parts), torch.cat(where)
