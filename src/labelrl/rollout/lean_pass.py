@@ -11,7 +11,9 @@ Here, per layer:
   factors, scaled, block-diagonal [out, R] (zero off their own rows), so q/k/v's three
   adapters cost what one does (``torch.block_diag`` passes each B its own gradient);
 * the norms are ``F.rms_norm``, the rotary embedding one roll and one fused multiply-add
-  (``fast_decode._rope_qk``), attention ``scaled_dot_product_attention`` with grouped heads.
+  (``fast_decode._rope_qk``), attention ``scaled_dot_product_attention`` with grouped heads;
+* a completion shorter than its batch's longest runs over its own tokens: everything but
+  attention sees only the tokens that predict a real one.
 
 Precision is what ``labelrl.models.precision.compute`` gives the module pass, rounding for
 rounding: in bf16 each base product runs on the bf16 copy of its frozen weight
