@@ -253,12 +253,12 @@ def lean_prompt_cache(w: LeanWeights, prompt_ids: Sequence[Sequence[int]], share
 
 def lean_logits(model: nn.Module, prompt_ids: Sequence[Sequence[int]], targets: torch.Tensor, mask: torch.Tensor,
                 group_size: int, shared: int, pad: int, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-    """The logits [M, V] (fp32) predicting the real completion tokens among ``targets`` [N, T]
-    (N = B·G, grouped by prompt; ``mask`` marks the real ones), and where they stand: flat
-    indices into N·T (each position 0, then the rest). The prompts run once, their cache repeated G times, the
-    completions on top, as ``completion_logprobs_shared`` runs the module pass; a completion
-    shorter than the longest is computed over its own tokens only (its padding is not run
-    through the projections, the MLP or the vocabulary projection)."""
+    """The logits [M, V] (fp32) predicting each completion's first slot and its other real tokens
+    among ``targets`` [N, T] (N = B·G, grouped by prompt; ``mask`` marks the real ones), and where
+    they stand: flat indices into N·T (every position 0, then the rest). The prompts run once,
+    their cache repeated G times, the completions on top, as ``completion_logprobs_shared`` runs
+    the module pass; a completion shorter than the longest is computed over its own tokens only
+    (its padding is not run through the projections, the MLP or the vocabulary projection)."""
     w = lean_weights(model, dtype)
     n, width = targets.shape
     device = targets.device
