@@ -81,6 +81,22 @@ def test_the_lean_pass_gives_the_module_pass_values_and_lora_gradients(name, mon
 
 
 @pytest.mark.numerics
+def test_without_a_shared_prefix_the_ragged_prompts_give_the_module_pass_values(monkeypatch):
+    """Prompts run whole (``share_prefix=False``, as several processes run them), left-padded to
+    unequal lengths: the padding left out of the pass changes nothing."""
+    model = lora(tiny_llama())
+    ran = lean_calls(monkeypatch)
+    whole = lambda: completion_logprobs_shared(model, PREFIXED, COMPLETIONS, G, pad_token_id=0, share_prefix=False)
+    with torch.no_grad():
+        with module_pass():
+            expected, mask = whole()
+        values, lean_mask = whole()
+    assert ran == [1]
+    assert torch.equal(mask, lean_mask)
+    assert_values_within(values, expected, logprob_bound(model, PREFIXED_LONGEST))
+
+
+@pytest.mark.numerics
 def test_in_bf16_the_whole_pass_stays_within_the_rounding_of_the_module_pass():
     model = lora(tiny_llama())
     with torch.no_grad():
@@ -165,17 +181,22 @@ def test_the_shared_pass_takes_the_lean_route_only_where_it_applies(monkeypatch)
     assert not torch.equal(base_only, with_adapter)
 
 
-def test_a_completion_shorter_than_the_longest_runs_over_its_own_tokens_only(monkeypatch):
-    """The completions' layers see the inputs that predict a real token (Σ (length − 1)), not
-    the padded [N, T − 1] slots; the log-probs are the module pass's (the first test)."""
+def test_one_pass_runs_each_real_token_once_prompts_and_completions_together(monkeypatch):
+    """Each layer runs once, on the prefix the prompts share, each prompt's real tokens after it
+    (not its left padding) and the completions' inputs that predict a real token (Σ (length − 1),
+    not the padded [N, T − 1] slots); the log-probs are the module pass's (the first test)."""
+    from labelrl.rollout.prefix import shared_prefix_length
+
     model = lora(tiny_llama())
     seen, real = [], lean_pass._layer
     monkeypatch.setattr(lean_pass, "_layer", lambda w, layer, x, *rest: seen.append(x.shape[0]) or real(w, layer, x, *rest))
     with torch.no_grad():
         values, mask = shared(model)
     n_layers = len(model.get_base_model().model.layers)
+    prefix = shared_prefix_length(PREFIXED)
+    assert prefix > 0 and len(set(map(len, PREFIXED))) > 1  # a shared prefix, remainders of unequal length
     padded = len(COMPLETIONS) * (max(map(len, COMPLETIONS)) - 1)
     inputs = sum(len(c) - 1 for c in COMPLETIONS)
     assert inputs < padded
-    assert seen[-n_layers:] == [inputs] * n_layers
+    assert seen == [prefix + sum(len(p) - prefix for p in PREFIXED) + inputs] * n_layers
     assert bool((values[mask] < 0).all()) and bool((values[~mask] == 0).all())

@@ -41,7 +41,7 @@ from labelrl.models.precision import low_precision_weight
 from labelrl.rollout.fast_decode import _norm, _rope_qk, attention_masks, rotary_tables, unsupported_reason
 from labelrl.rollout.fused import LLAMA_PROJECTIONS, base_model, frozen_bias, frozen_weight, is_gemma3
 
-__all__ = ["lean_reason", "lean_weights", "lean_prompt_cache", "lean_logits"]
+__all__ = ["lean_reason", "lean_weights", "lean_logits"]
 
 
 @dataclass
@@ -177,103 +177,132 @@ def lean_weights(model: nn.Module, dtype: torch.dtype) -> LeanWeights:
                        rotary=base.model.rotary_emb)
 
 
+@dataclass
+class Segment:
+    """One run of the pass laid out [n, s]: the prefix every prompt shares (one row), the
+    prompts (or their remainders after it), or the completions. Row r of a segment sees the
+    columns its ``parent`` row sees in the segment before (that row's own ancestors included),
+    then its own, causally."""
+
+    ids: torch.Tensor  # [n, s]
+    columns: torch.Tensor  # [n, C + s]: which of the C columns seen before and the s own are real
+    positions: torch.Tensor  # [n, s] rotary positions
+    parent: torch.Tensor | None  # [n] each row's row in the segment before (None: the first segment)
+    tokens: torch.Tensor | None  # flat indices into n·s of the tokens computed, ascending (None: all)
+
+    @property
+    def size(self) -> int:
+        return self.ids.numel() if self.tokens is None else self.tokens.numel()
+
+    def flat(self, values: torch.Tensor) -> torch.Tensor:
+        """The computed tokens' entries of ``values`` [n·s, ...]."""
+        return values if self.tokens is None else values.index_select(0, self.tokens)
+
+    def laid_out(self, values: torch.Tensor) -> torch.Tensor:
+        """The computed tokens' ``values`` [size, ...] in the [n·s, ...] layout, zero elsewhere."""
+        if self.tokens is None:
+            return values
+        return values.new_zeros(self.ids.numel(), *values.shape[1:]).index_copy(0, self.tokens, values)
+
+
+def _real_tokens(columns: torch.Tensor) -> torch.Tensor | None:
+    """Flat indices of the real slots of ``columns`` [n, s] (None: every slot is real)."""
+    real = columns.reshape(-1).nonzero().squeeze(1)
+    return None if real.numel() == columns.numel() else real
+
+
 def _layer(w: LeanWeights, layer: LeanLayer, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
-           mask: torch.Tensor, past: tuple[torch.Tensor, torch.Tensor] | None, shape: tuple[int, int],
-           tokens: torch.Tensor | None):
-    """One decoder layer over the tokens x [M, hidden] (fp32) of a [B, S] input (``tokens``: their
-    flat indices into B·S, ascending; None: all of them, M = B·S) after ``past`` (keys, values)
-    [B, KV, L, D]. Norms, projections and the MLP run on the M tokens alone; attention runs on the
-    [B, S] layout, the other slots zero (never seen by a computed token: ``attention_masks``
-    hides the columns that are not real). Returns the new x and the keys/values through this
-    call's slots."""
-    (n, s), h_q, h_kv, d = shape, w.n_heads, w.n_kv_heads, w.head_dim
+           segments: list[Segment], masks: list[torch.Tensor]) -> torch.Tensor:
+    """One decoder layer over every segment's computed tokens x [M, hidden] (fp32; segment by
+    segment, in order). Norms, projections and the MLP run on all M tokens at once; attention
+    runs per segment on its [n, s] layout after the keys and values its rows' ancestors hold
+    (the other slots zero, never seen by a computed token: ``attention_masks`` hides the
+    columns that are not real)."""
+    h_q, h_kv, d = w.n_heads, w.n_kv_heads, w.head_dim
     qkv = layer.qkv(_norm(x, layer.input_norm, w.eps)).view(-1, h_q + 2 * h_kv, d)
     qk, v = _rope_qk(w, layer, qkv[:, : h_q + h_kv], cos, sin), qkv[:, h_q + h_kv:]
-    if tokens is not None:
-        qk, v = (t.new_zeros(n * s, *t.shape[1:]).index_copy(0, tokens, t) for t in (qk, v))
-    qk, v = qk.view(n, s, h_q + h_kv, d), v.view(n, s, h_kv, d)
-    keys, values = qk[:, :, h_q:].transpose(1, 2), v.transpose(1, 2)
-    if past is not None:
-        keys, values = torch.cat([past[0], keys], dim=2), torch.cat([past[1], values], dim=2)
-    attn = F.scaled_dot_product_attention(qk[:, :, :h_q].transpose(1, 2), keys, values, attn_mask=mask,
-                                          scale=d ** -0.5, enable_gqa=True)
-    attn = attn.transpose(1, 2).reshape(n * s, h_q * d)
-    x = x + layer.o(attn if tokens is None else attn.index_select(0, tokens))
+    outputs, seen, start = [], None, 0
+    for segment, mask in zip(segments, masks):
+        (n, s), end = segment.ids.shape, start + segment.size
+        seg_qk = segment.laid_out(qk[start:end]).view(n, s, h_q + h_kv, d)
+        keys, values = seg_qk[:, :, h_q:].transpose(1, 2), segment.laid_out(v[start:end]).view(n, s, h_kv, d).transpose(1, 2)
+        if seen is not None:  # each row after its parent's keys and values
+            keys = torch.cat([seen[0].index_select(0, segment.parent), keys], dim=2)
+            values = torch.cat([seen[1].index_select(0, segment.parent), values], dim=2)
+        attn = F.scaled_dot_product_attention(seg_qk[:, :, :h_q].transpose(1, 2), keys, values, attn_mask=mask,
+                                              scale=d ** -0.5, enable_gqa=True)
+        outputs.append(segment.flat(attn.transpose(1, 2).reshape(n * s, h_q * d)))
+        seen, start = (keys, values), end
+    x = x + layer.o(torch.cat(outputs) if len(outputs) > 1 else outputs[0])
     gate, up = layer.gate_up(_norm(x, layer.mlp_norm, w.eps)).chunk(2, dim=-1)
-    return x + layer.down(F.silu(gate) * up), (keys, values)
+    return x + layer.down(F.silu(gate) * up)
 
 
-def _forward(w: LeanWeights, ids: torch.Tensor, columns: torch.Tensor, positions: torch.Tensor,
-             past: list | None, keep: int, tokens: torch.Tensor | None = None) -> tuple[torch.Tensor | None, list]:
-    """ids [B, S] at ``positions`` [B, S] after the cached ``past`` (per layer, keys and values
-    [B, KV, L, D]); ``columns`` [B, L + S] marks the real tokens. Returns fp32 logits of the last
-    ``keep`` positions [B, keep, V] (None for 0) and the cache through these tokens; with
-    ``tokens`` (flat indices into B·S), only those tokens are computed and their logits [M, V]
-    returned."""
-    n, s = ids.shape
-    like = torch.empty(0, dtype=torch.float32, device=ids.device)
+def _forward(w: LeanWeights, segments: list[Segment], heads: torch.Tensor) -> torch.Tensor:
+    """Every layer over the segments' computed tokens, then fp32 logits [len(heads), V] at the
+    rows ``heads`` of the flat token stream (segment by segment, each in its ``tokens`` order)."""
+    device = segments[0].ids.device
+    ids = torch.cat([segment.flat(segment.ids.reshape(-1)) for segment in segments])
+    positions = torch.cat([segment.flat(segment.positions.reshape(-1)) for segment in segments])
+    like = torch.empty(0, dtype=torch.float32, device=device)
     cos, sin = rotary_tables(w, int(positions.max()) + 1, like)
-    flat_ids, flat_positions = ids.reshape(-1), positions.reshape(-1)
-    if tokens is not None:
-        flat_ids, flat_positions = flat_ids[tokens], flat_positions[tokens]
-    cos, sin = cos[flat_positions][:, None], sin[flat_positions][:, None]  # [M, 1, D]
-    mask = attention_masks(columns, s, {None})[None][:, None]  # [B, 1, S, L + S]
-    x = F.embedding(flat_ids, w.embed)  # the fp32 residual stream [M, hidden]
-    cache = []
-    for i, layer in enumerate(w.layers):
-        x, kv = _layer(w, layer, x, cos, sin, mask, None if past is None else past[i], (n, s), tokens)
-        cache.append(kv)
-    if tokens is None:
-        if keep == 0:
-            return None, cache
-        x = x.view(n, s, -1)[:, -keep:]
-    hidden = _norm(x, w.final_norm, w.eps)
+    cos, sin = cos[positions][:, None], sin[positions][:, None]  # [M, 1, D]
+    masks = [attention_masks(s.columns, s.ids.shape[1], {None})[None][:, None] for s in segments]  # [n, 1, s, C + s]
+    x = F.embedding(ids, w.embed)  # the fp32 residual stream [M, hidden]
+    for layer in w.layers:
+        x = _layer(w, layer, x, cos, sin, segments, masks)
+    hidden = _norm(x.index_select(0, heads), w.final_norm, w.eps)
     bias = None if w.head_bias is None else w.head_bias.float()
-    return F.linear(hidden, w.head.float(), bias), cache
+    return F.linear(hidden, w.head.float(), bias)
 
 
-def lean_prompt_cache(w: LeanWeights, prompt_ids: Sequence[Sequence[int]], shared: int, pad: int, device):
-    """The prompts' pass (their shared prefix first, once, when ``shared``): the logits of each
-    prompt's last position [B, 1, V], its KV cache, the column mask over it [B, L] and each
-    prompt's last position [B, 1]."""
+def _prompt_segments(prompt_ids: Sequence[Sequence[int]], shared: int, pad: int, device) -> list[Segment]:
+    """The shared prefix (when ``shared``) and the prompts' rest, each prompt's padding left out."""
     from labelrl.rollout.prefix import remainder_inputs
     from labelrl.rollout.sampler import left_pad
 
-    past = None
-    if shared:
-        ids = torch.tensor([list(prompt_ids[0][:shared])], dtype=torch.long, device=device)
-        _, prefix = _forward(w, ids, torch.ones_like(ids), torch.arange(shared, device=device)[None], None, keep=0)
-        past = [tuple(t.expand(len(prompt_ids), *t.shape[1:]) for t in kv) for kv in prefix]
-        ids, columns, positions = remainder_inputs(prompt_ids, shared, pad, device)
-    else:
+    if not shared:
         ids, columns, positions = left_pad(prompt_ids, pad, device)
-    logits, cache = _forward(w, ids, columns, positions, past, keep=1)
-    return logits, cache, columns, positions[:, -1:]
+        return [Segment(ids, columns, positions, parent=None, tokens=_real_tokens(columns))]
+    prefix = torch.tensor([list(prompt_ids[0][:shared])], dtype=torch.long, device=device)
+    ids, columns, positions = remainder_inputs(prompt_ids, shared, pad, device)
+    return [Segment(prefix, torch.ones_like(prefix), torch.arange(shared, device=device)[None], parent=None, tokens=None),
+            Segment(ids, columns, positions, parent=torch.zeros(len(prompt_ids), dtype=torch.long, device=device),
+                    tokens=_real_tokens(columns[:, shared:]))]
 
 
 def lean_logits(model: nn.Module, prompt_ids: Sequence[Sequence[int]], targets: torch.Tensor, mask: torch.Tensor,
                 group_size: int, shared: int, pad: int, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
     """The logits [M, V] (fp32) predicting each completion's first slot and its other real tokens
     among ``targets`` [N, T] (N = B·G, grouped by prompt; ``mask`` marks the real ones), and where
-    they stand: flat indices into N·T (every position 0, then the rest). The prompts run once,
-    their cache repeated G times, the completions on top, as ``completion_logprobs_shared`` runs
-    the module pass; a completion shorter than the longest is computed over its own tokens only
-    (its padding is not run through the projections, the MLP or the vocabulary projection)."""
+    they stand: flat indices into N·T (every position 0, then the rest).
+
+    One pass runs the B prompts once (the prefix they share once before them, when ``shared``)
+    and the G completions of each on top of its prompt, as ``completion_logprobs_shared`` runs
+    the module pass, but every layer's projections, norms and MLP run on the tokens of all three
+    at once (larger products, a third of the operations), and only on real tokens: a prompt's
+    left padding and a completion's slots past its end are never computed."""
     w = lean_weights(model, dtype)
     n, width = targets.shape
     device = targets.device
+    segments = _prompt_segments(prompt_ids, shared, pad, device)
+    prompts = segments[-1]
+    # each prompt's last token (always real under left padding) predicts its completions' first
+    before = sum(segment.size for segment in segments[:-1])
+    real_per_prompt = prompts.columns[:, -prompts.ids.shape[1]:].sum(1)
+    last = before + real_per_prompt.cumsum(0) - 1
+    heads = [last.repeat_interleave(group_size)]
+    where = [torch.arange(n, device=device) * width]
+    if width > 1:
+        # the token at offset o is an input when token o + 1 is real
+        inputs = mask[:, 1:].reshape(-1).nonzero().squeeze(1)
+        parent = torch.arange(len(prompt_ids), device=device).repeat_interleave(group_size)
+        columns = torch.cat([prompts.columns.index_select(0, parent), mask[:, 1:].long()], dim=1)
+        positions = prompts.positions[:, -1:].index_select(0, parent) + 1 + torch.arange(width - 1, device=device)
+        segments.append(Segment(targets[:, :-1], columns, positions, parent=parent,
+                                tokens=None if inputs.numel() == mask[:, 1:].numel() else inputs))
+        heads.append(before + prompts.size + torch.arange(inputs.numel(), device=device))
+        where.append(inputs // (width - 1) * width + inputs % (width - 1) + 1)
     with torch.autocast(device_type=device.type, enabled=False):  # every dtype is set explicitly
-        logits, cache, columns, last = lean_prompt_cache(w, prompt_ids, shared, pad, device)
-        parts = [logits[:, 0].repeat_interleave(group_size, dim=0)]  # [N, V]: predicts token 0
-        where = [torch.arange(n, device=device) * width]
-        if width > 1:
-            # the token at offset o is an input when token o + 1 is real
-            inputs = mask[:, 1:].reshape(-1).nonzero().squeeze(1)
-            tokens = None if inputs.numel() == mask[:, 1:].numel() else inputs
-            past = [tuple(t.repeat_interleave(group_size, dim=0) for t in kv) for kv in cache]
-            columns = torch.cat([columns.repeat_interleave(group_size, dim=0), mask[:, 1:].long()], dim=1)
-            positions = last.repeat_interleave(group_size, dim=0) + 1 + torch.arange(width - 1, device=device)
-            rest, _ = _forward(w, targets[:, :-1], columns, positions, past, keep=width - 1, tokens=tokens)
-            parts.append(rest.reshape(-1, rest.shape[-1]))
-            where.append(inputs // (width - 1) * width + inputs % (width - 1) + 1)
-    return torch.cat(parts), torch.cat(where)
+        logits = _forward(w, segments, torch.cat(heads))
+    return logits, torch.cat(where)
