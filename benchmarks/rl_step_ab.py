@@ -1,6 +1,6 @@
 """One change to the RL step, measured with both arms in one process, alternating step by step.
 
-    .venv/bin/python benchmarks/rl_step_ab.py --compare adapter-update|training-pass|prefill|padding|log-softmax|all
+    .venv/bin/python benchmarks/rl_step_ab.py --compare adapter-update|training-pass|prefill|padding|vocabulary|all
         [--prompts 2] [--json OUT] [--runs 6] [--precision bf16|fp32] [--threads N]
 
 The step is ``benchmarks/rl_step.py``'s at G = 4 without the skip rule (every group trains):
@@ -16,8 +16,8 @@ change and the other runs the default:
 - ``prefill``: every prompt prefilled whole against the prefix they share prefilled once;
 - ``padding``: the lean pass over every completion slot up to the group's longest completion
   against its real tokens only;
-- ``log-softmax``: each token's log-prob as logit − logsumexp(logits) against minus the
-  cross-entropy (one fused log-softmax-and-pick, ``logprobs._gather_logprobs``);
+- ``vocabulary``: each token's log-prob from the [M, V] logits as logit − logsumexp(logits)
+  against the vocabulary read in cache-sized slices without them (``rollout.token_logprobs``);
 - ``all``: the module pass with prompts prefilled whole against the default (the last two).
 
 One warm-up step of each arm, then ``--runs`` steps of each, alternating so the machine's noise
@@ -98,35 +98,34 @@ def completions_padded():
     causal attention keeps from seeing it), and the log-probs are read at the real ones."""
     import labelrl.rollout.logprobs as logprobs
 
-    kept = logprobs.lean_logits
+    kept = logprobs.lean_logprobs
 
     def padded(model, prompt_ids, targets, mask, *args):
         return kept(model, prompt_ids, targets, torch.ones_like(mask), *args)
 
-    logprobs.lean_logits = padded
+    logprobs.lean_logprobs = padded
     try:
         yield
     finally:
-        logprobs.lean_logits = kept
+        logprobs.lean_logprobs = kept
 
 
 @contextlib.contextmanager
 def logit_minus_logsumexp():
-    """Each token's log-prob as its logit minus the logsumexp over the vocabulary."""
-    import labelrl.rollout.logprobs as logprobs
+    """The lean pass's log-probs from its [M, V] logits: logit − logsumexp over the vocabulary."""
+    import labelrl.rollout.lean_pass as lean_pass
 
-    kept = logprobs._gather_logprobs
+    kept = lean_pass.token_logprobs
 
-    def gathered(logits, targets, mask):
-        logits = logits.float()
-        picked = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
-        return (picked - torch.logsumexp(logits, dim=-1)).masked_fill(~mask, 0.0)
+    def from_logits(hidden, weight, bias, targets):
+        logits = torch.nn.functional.linear(hidden, weight, bias)
+        return logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(logits, dim=-1)
 
-    logprobs._gather_logprobs = gathered
+    lean_pass.token_logprobs = from_logits
     try:
         yield
     finally:
-        logprobs._gather_logprobs = kept
+        lean_pass.token_logprobs = kept
 
 
 @contextlib.contextmanager
@@ -140,7 +139,7 @@ COMPARISONS = {
     "training-pass": (("module pass", module_pass), ("lean pass (default)", contextlib.nullcontext)),
     "prefill": (("prompts prefilled whole", prompts_prefilled_whole), ("shared prefix once (default)", contextlib.nullcontext)),
     "padding": (("completions padded", completions_padded), ("real tokens only (default)", contextlib.nullcontext)),
-    "log-softmax": (("logit − logsumexp", logit_minus_logsumexp), ("−cross-entropy (default)", contextlib.nullcontext)),
+    "vocabulary": (("logits, logit − logsumexp", logit_minus_logsumexp), ("sliced (default)", contextlib.nullcontext)),
     "all": (("module pass, prompts whole", before_both), ("default", contextlib.nullcontext)),
 }
 

@@ -47,8 +47,8 @@ def family(name: str):
 
 def lean_calls(monkeypatch) -> list[int]:
     """A spy on the lean route: one entry per pass it ran."""
-    seen, real = [], lean_pass.lean_logits
-    monkeypatch.setattr(logprobs_module, "lean_logits", lambda *a, **k: seen.append(1) or real(*a, **k))
+    seen, real = [], lean_pass.lean_logprobs
+    monkeypatch.setattr(logprobs_module, "lean_logprobs", lambda *a, **k: seen.append(1) or real(*a, **k))
     return seen
 
 
@@ -200,3 +200,15 @@ def test_one_pass_runs_each_real_token_once_prompts_and_completions_together(mon
     assert inputs < padded
     assert seen == [prefix + sum(len(p) - prefix for p in PREFIXED) + inputs] * n_layers
     assert bool((values[mask] < 0).all()) and bool((values[~mask] == 0).all())
+
+
+def test_nothing_vocabulary_wide_is_saved_for_backward():
+    model = lora(tiny_llama())
+    vocab = model.get_base_model().config.vocab_size
+    saved = []
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t.shape) or t, lambda t: t):
+        shared(model)
+    assert saved and not any(vocab in shape for shape in saved)
+    with module_pass(), torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t.shape) or t, lambda t: t):
+        shared(model)
+    assert any(vocab in shape for shape in saved)  # the module pass saves its logits

@@ -77,3 +77,64 @@ def test_the_cpu_growth_scales_the_saved_bytes_and_adds_the_fixed_part(monkeypat
     cpu = R.rl_pass_growth_bytes(model, shape, torch.float32, torch.device("cpu"))
     assert cpu == pytest.approx(R.HEAP_GROWTH_RL * 1000.0 + R.FIXED_BYTES_PER_FROZEN_WEIGHT * frozen)
     assert R.rl_pass_growth_bytes(model, shape, torch.float32, torch.device("meta")) == 1000.0  # not a CPU heap
+
+
+def test_a_pass_that_holds_no_logits_is_priced_without_their_copies(monkeypatch):
+    # the lean pass reads the vocabulary in slices (labelrl.rollout.token_logprobs): its measured
+    # bytes hold no logits, and no gradient or softmax workspace of them is added either
+    model = tiny_llama()
+    monkeypatch.setattr(M, "current_bytes", lambda device: 10 * M.GIB)
+    options = dict(tokens=100, logit_positions=50, requested=None, budget_gib=100.0,
+                   pass_growth_bytes=lambda device: 1.5 * M.GIB)
+    holds = M.plan_memory(model, torch.float32, **options)
+    sliced = M.plan_memory(model, torch.float32, **options, pass_holds_logits=False)
+    logit_bytes = 50 * model.config.vocab_size * 4
+    assert (holds.predicted_peak_mb - sliced.predicted_peak_mb) * 2**20 == pytest.approx((M.LOGIT_COPIES - 1) * logit_bytes)
+    # checkpointing runs the module pass, which holds them
+    assert holds.predicted_peak_checkpointed_mb == sliced.predicted_peak_checkpointed_mb
+
+
+@pytest.mark.parametrize("adapted, single, holds", [(True, True, False), (True, False, True), (False, True, True)])
+def test_the_rl_plan_prices_logits_only_where_the_module_pass_runs(adapted, single, holds, monkeypatch):
+    from types import SimpleNamespace
+
+    from peft import LoraConfig, get_peft_model
+
+    from labelrl.train import rl_parts
+
+    model = tiny_llama()
+    if adapted:  # LoRA on every projection: the lean pass, without logits (one process)
+        model = get_peft_model(model, LoraConfig(r=4, lora_alpha=8, target_modules="all-linear")).train()
+    seen = {}
+    monkeypatch.setattr(rl_parts, "plan_memory", lambda *args, **options: seen.update(options))
+    cfg = SimpleNamespace(prompts_per_step=2, group_size=2, max_new_tokens=4, backend="labelrl",
+                          gradient_checkpointing=None, memory_budget=None)
+    rl_parts.plan_rl_memory(cfg, model, torch.float32, [[1] * 20 + [2, 3], [1] * 20 + [4]], slice(None), single=single)
+    assert seen["pass_holds_logits"] is holds
+
+
+@pytest.mark.parametrize("adapted", [True, False])
+def test_the_lean_plan_probes_the_longest_prompts_not_copies_of_the_longest(adapted, monkeypatch):
+    # the lean pass leaves a prompt's padding out: its worst batch is the longest prompts; the
+    # module pass computes the padding, so each prompt costs what the longest does
+    from types import SimpleNamespace
+
+    from peft import LoraConfig, get_peft_model
+
+    from labelrl.train import rl_parts
+
+    model = tiny_llama()
+    if adapted:
+        model = get_peft_model(model, LoraConfig(r=4, lora_alpha=8, target_modules="all-linear")).train()
+    shapes = []
+    monkeypatch.setattr(rl_parts, "rl_pass_growth_bytes", lambda model, shape, dtype, device: shapes.append(shape) or 0.0)
+    cfg = SimpleNamespace(prompts_per_step=4, group_size=2, max_new_tokens=4, backend="labelrl",
+                          gradient_checkpointing=None, memory_budget=None)
+    prompts = [[1] * 20 + [2 + k] * k for k in (30, 5, 10, 7)]  # 20 shared, then 30, 5, 10 and 7 tokens
+    rl_parts.plan_rl_memory(cfg, model, torch.float32, prompts, slice(None))
+    (shape,) = shapes
+    assert (shape.shared, shape.remainder) == (20, 30)
+    expected = (30, 10, 7, 30) if adapted else (30, 30, 30, 30)  # a prompt past the probed ones: the longest's
+    assert tuple(shape.remainder_of(b) for b in range(4)) == expected
+    probe_prompts, _ = R._probe_inputs(R.replace(shape, prompts=3), 1000)
+    assert [len(p) - 20 for p in probe_prompts] == list(expected[:3])

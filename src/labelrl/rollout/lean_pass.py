@@ -39,9 +39,10 @@ from torch import nn
 
 from labelrl.models.precision import low_precision_weight
 from labelrl.rollout.fast_decode import _norm, _rope_qk, attention_masks, rotary_tables, unsupported_reason
+from labelrl.rollout.token_logprobs import token_logprobs
 from labelrl.rollout.fused import LLAMA_PROJECTIONS, base_model, frozen_bias, frozen_weight, is_gemma3
 
-__all__ = ["lean_reason", "lean_weights", "lean_logits"]
+__all__ = ["lean_reason", "lean_weights", "lean_logprobs"]
 
 
 @dataclass
@@ -114,7 +115,7 @@ def _lora_layer_reason(module: nn.Module, where: str, training: bool) -> str | N
 
 
 def lean_reason(model: nn.Module) -> str | None:
-    """None when ``lean_logits`` computes what the model's own forward computes, else why not."""
+    """None when ``lean_logprobs`` computes what the model's own forward computes, else why not."""
     if hasattr(model, "module"):
         return "the model is wrapped for several processes (its wrapper must run the forward)"
     reason = unsupported_reason(model)
@@ -238,9 +239,11 @@ def _layer(w: LeanWeights, layer: LeanLayer, x: torch.Tensor, cos: torch.Tensor,
     return x + layer.down(F.silu(gate) * up)
 
 
-def _forward(w: LeanWeights, segments: list[Segment], heads: torch.Tensor) -> torch.Tensor:
-    """Every layer over the segments' computed tokens, then fp32 logits [len(heads), V] at the
-    rows ``heads`` of the flat token stream (segment by segment, each in its ``tokens`` order)."""
+def _forward(w: LeanWeights, segments: list[Segment], heads: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Every layer over the segments' computed tokens, then the log-probs [len(heads)] (fp32) of
+    ``targets`` at the rows ``heads`` of the flat token stream (segment by segment, each in its
+    ``tokens`` order), computed from the hidden states without the vocabulary-wide logits
+    (``token_logprobs``)."""
     device = segments[0].ids.device
     ids = torch.cat([segment.flat(segment.ids.reshape(-1)) for segment in segments])
     positions = torch.cat([segment.flat(segment.positions.reshape(-1)) for segment in segments])
@@ -253,7 +256,7 @@ def _forward(w: LeanWeights, segments: list[Segment], heads: torch.Tensor) -> to
         x = _layer(w, layer, x, cos, sin, segments, masks)
     hidden = _norm(x.index_select(0, heads), w.final_norm, w.eps)
     bias = None if w.head_bias is None else w.head_bias.float()
-    return F.linear(hidden, w.head.float(), bias)
+    return token_logprobs(hidden, w.head.float(), bias, targets)
 
 
 def _prompt_segments(prompt_ids: Sequence[Sequence[int]], shared: int, pad: int, device) -> list[Segment]:
@@ -271,9 +274,9 @@ def _prompt_segments(prompt_ids: Sequence[Sequence[int]], shared: int, pad: int,
                     tokens=_real_tokens(columns[:, shared:]))]
 
 
-def lean_logits(model: nn.Module, prompt_ids: Sequence[Sequence[int]], targets: torch.Tensor, mask: torch.Tensor,
-                group_size: int, shared: int, pad: int, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-    """The logits [M, V] (fp32) predicting each completion's first slot and its other real tokens
+def lean_logprobs(model: nn.Module, prompt_ids: Sequence[Sequence[int]], targets: torch.Tensor, mask: torch.Tensor,
+                  group_size: int, shared: int, pad: int, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """The log-probs [M] (fp32) of each completion's first token and of its other real tokens
     among ``targets`` [N, T] (N = B·G, grouped by prompt; ``mask`` marks the real ones), and where
     they stand: flat indices into N·T (every position 0, then the rest).
 
@@ -304,5 +307,6 @@ def lean_logits(model: nn.Module, prompt_ids: Sequence[Sequence[int]], targets: 
         heads.append(before + prompts.size + torch.arange(inputs.numel(), device=device))
         where.append(inputs // (width - 1) * width + inputs % (width - 1) + 1)
     with torch.autocast(device_type=device.type, enabled=False):  # every dtype is set explicitly
-        logits = _forward(w, segments, torch.cat(heads))
-    return logits, torch.cat(where)
+        where = torch.cat(where)
+        logprobs = _forward(w, segments, torch.cat(heads), targets.reshape(-1).index_select(0, where))
+    return logprobs, where

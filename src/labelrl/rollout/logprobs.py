@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 
 from labelrl.models.precision import compute
-from labelrl.rollout.lean_pass import lean_logits, lean_reason
+from labelrl.rollout.lean_pass import lean_logprobs, lean_reason
 from labelrl.rollout.prefix import cached_inputs, checkpointing, prefix_supported, shared_prefix_length
 from labelrl.rollout.sampler import left_pad, model_device
 
@@ -112,8 +112,7 @@ def completion_logprobs_shared(
     # the prefix all B prompts share runs once, then each prompt's remainder
     shared = shared_prefix_length(prompt_ids) if share_prefix and prefix_supported(model) else 0
     if lean_reason(model) is None:  # the same function with fewer, larger operations
-        logits, rows = lean_logits(model, prompt_ids, targets, mask, group_size, shared, pad_token_id, dtype)
-        picked = _gather_logprobs(logits, targets.reshape(-1)[rows], mask.reshape(-1)[rows])
+        picked, rows = lean_logprobs(model, prompt_ids, targets, mask, group_size, shared, pad_token_id, dtype)
         return torch.zeros(targets.numel(), device=targets.device).index_copy(0, rows, picked).view_as(targets), mask
     input_ids, prompt_mask, position_ids, cache, cache_arg = cached_inputs(model, prompt_ids, shared, pad_token_id,
                                                                           dtype, targets.device)

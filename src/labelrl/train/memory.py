@@ -203,7 +203,8 @@ def activation_growth_bytes(cost: ActivationCost, tokens: int, model, checkpoint
 def plan_memory(model, dtype: torch.dtype, *, tokens: int, tokens_checkpointed: int | None = None,
                 logit_positions: int, requested: bool | None, budget_gib: float | None,
                 held_bytes: int = 0, knobs: str = "--batch-size or --max-length",
-                pass_growth_bytes: Callable[[torch.device], float] | None = None) -> MemoryPlan:
+                pass_growth_bytes: Callable[[torch.device], float] | None = None,
+                pass_holds_logits: bool = True) -> MemoryPlan:
     """Predict the peak of a batch of ``tokens`` positions (``tokens_checkpointed`` when the
     checkpointed pass forwards more, as RL's plain pass does) whose loss reads
     ``logit_positions`` logits, and decide on checkpointing (``requested`` wins when set).
@@ -211,7 +212,9 @@ def plan_memory(model, dtype: torch.dtype, *, tokens: int, tokens_checkpointed: 
     yet (RL: the sampler's packed weights). ``pass_growth_bytes(device)``: what the
     uncheckpointed pass adds to the peak, measured on its own shape (RL's shared pass,
     ``labelrl.train.memory_rl``, its logits included once); else the plain probe's line prices
-    ``tokens``. Probes run after the process's memory is read: the heap they leave
+    ``tokens``. ``pass_holds_logits`` False: that pass never holds vocabulary-wide logits (the
+    lean pass reads the vocabulary in slices, ``labelrl.rollout.token_logprobs``), so none of
+    their copies is added to it. Probes run after the process's memory is read: the heap they leave
     behind is reused by the run, not added to it. Unforced, checkpointing is on only when the plain
     prediction is above the budget and the checkpointed one below both: RL's checkpointed pass
     forwards each prompt G times and can cost more. When neither fits, the plan names
@@ -226,7 +229,7 @@ def plan_memory(model, dtype: torch.dtype, *, tokens: int, tokens_checkpointed: 
     if pass_growth_bytes is None:
         plain = base + LOGIT_COPIES * logit_bytes + activation_growth_bytes(cost, tokens, model, False, device)
     else:  # the measured pass saved its logits once; their gradient and the softmax's workspace remain
-        plain = base + (LOGIT_COPIES - 1) * logit_bytes + pass_growth_bytes(device)
+        plain = base + (LOGIT_COPIES - 1 if pass_holds_logits else 0) * logit_bytes + pass_growth_bytes(device)
     checkpointed = (base + LOGIT_COPIES * logit_bytes
                     + activation_growth_bytes(cost, tokens_checkpointed or tokens, model, True, device))
     if requested is not None:

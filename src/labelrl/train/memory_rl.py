@@ -8,7 +8,9 @@ pass over B·(P + G·T) tokens, which the SFT probe's line would price:
 * attention saves the keys and values it attended over, per row: the prompt's cache repeated
   under each of its G completions, in the dtype and head layout the attention runs in (on CPU
   fp32, grouped-query heads expanded: SmolLM2 saves 135 KB per key position per row);
-* each completion saves T logits (fp32, vocabulary wide);
+* the module pass saves each completion's T logits (fp32, vocabulary wide); the lean pass
+  (``labelrl.rollout.lean_pass``) one hidden-wide vector per position instead
+  (``labelrl.rollout.token_logprobs``);
 * under bf16 autocast, each of the pass's forward calls saves its own bf16 copy of the frozen
   weights (autocast caches casts of trainable leaves only).
 
@@ -21,15 +23,18 @@ logits), so the line is exact in B (checked against the measured bytes at 4 and 
 
 What the process's resident memory grows by at the peak is more than the tensors saved (the
 heap keeps holes, the backward pass holds gradients beside them). Measured with SmolLM2-135M +
-LoRA r=16, G = 4, 12 new tokens, 2 steps, every group trained, the peak (VmHWM) above the model,
-its kept weights, the optimizer state and the logits' other copies, against the bytes saved,
-in bf16 on AMX kernels: a line of slope 1.05 and intercept 233 MB on sms-spam (4 and 16 prompts
-per step), of slope 1.36 and intercept 395 MB on vader-movies, whose 130-token shared prefix
-puts more of the bytes in repeated keys; fp32 on AVX2 kernels grows more on vader-movies. The
-CPU prediction takes ``HEAP_GROWTH_RL`` × the saved bytes plus ``FIXED_BYTES_PER_FROZEN_WEIGHT``
-per frozen weight (807 MB for SmolLM2): the eight measured peaks (two datasets, 4 and 16
-prompts, bf16 on AMX and fp32 on AVX2) fall at 1/1.04 to 1/1.42 of it
-(``tests/train/test_memory_prediction_slow.py`` checks the bf16 or fp32 ones of its machine).
+LoRA r=16, G = 4, 12 new tokens, 2 steps, every group trained, the lean pass (no vocabulary-wide
+logits), bf16 on an AMD EPYC with AVX-512 BF16: the peak (VmHWM) above the model, its kept
+weights and the optimizer state grew by 1.09× and 0.85× the bytes the plan's worst batch saves
+on sms-spam (4 and 16 prompts per step: a run's batches are shorter than the longest prompts its
+plan prices) and by 1.52× and 1.12× on vader-movies, plus a fixed part. The CPU prediction takes
+``HEAP_GROWTH_RL`` × the saved bytes plus ``FIXED_BYTES_PER_FROZEN_WEIGHT`` per frozen weight
+(807 MB for SmolLM2). Any factor from 0.87 to 1.23 keeps all four peaks within [1, 1.5]× of the
+prediction; 1.05, near that range's geometric middle, puts them at 1/1.11 to 1/1.34 of it, about
+a tenth from either edge (``tests/train/test_memory_prediction_slow.py`` checks them on its
+machine). Before the lean
+pass read the vocabulary in slices and left the prompts' padding out, the pass churned the heap
+with [M, V] logits and the factor was 1.5.
 """
 
 from __future__ import annotations
@@ -40,7 +45,7 @@ import torch
 
 # Resident growth of a CPU process per byte the RL pass saves, and a fixed part per frozen weight
 # (module doc).
-HEAP_GROWTH_RL = 1.5
+HEAP_GROWTH_RL = 1.05
 FIXED_BYTES_PER_FROZEN_WEIGHT = 6
 
 
@@ -48,21 +53,30 @@ FIXED_BYTES_PER_FROZEN_WEIGHT = 6
 class PassShape:
     """One training pass: B prompts whose first S tokens are the same and R more are each
     prompt's own (padded to the longest), G completions each of T tokens; ``share_prefix``
-    False (several processes) runs every prompt whole."""
+    False (several processes) runs every prompt whole. ``next_remainders``: the remainders of
+    the prompts after the longest, longest first (the run's next-longest training prompts);
+    a prompt past them, or every prompt when empty, has R. The lean pass computes a prompt's
+    real tokens only, so a batch of the longest prompt and the next-longest saves less than B
+    copies of the longest (its attention still runs over the longest's width)."""
     prompts: int
     group_size: int
     shared: int
     remainder: int
     new_tokens: int
     share_prefix: bool = True
+    next_remainders: tuple[int, ...] = ()
+
+    def remainder_of(self, prompt: int) -> int:
+        """Prompt ``prompt``'s own tokens after the shared ones (0: the longest)."""
+        return self.remainder if prompt == 0 or prompt > len(self.next_remainders) else self.next_remainders[prompt - 1]
 
 
 def _probe_inputs(shape: PassShape, vocab: int) -> tuple[list[list[int]], list[list[int]]]:
     """Prompts sharing ``shared`` tokens, then distinct remainders; distinct completions. Token
     ids stay clear of 0 (the pad id the probe passes), so nothing is mistaken for padding."""
-    B, G, S, R, T = shape.prompts, shape.group_size, shape.shared, shape.remainder, shape.new_tokens
+    B, G, S, T = shape.prompts, shape.group_size, shape.shared, shape.new_tokens
     prefix = [1 + (7 * i) % (vocab - 1) for i in range(S)]
-    prompts = [prefix + [1 + (1000 + 97 * b + j) % (vocab - 1) for j in range(R)] for b in range(B)]
+    prompts = [prefix + [1 + (1000 + 97 * b + j) % (vocab - 1) for j in range(shape.remainder_of(b))] for b in range(B)]
     completions = [[1 + (500 + 13 * n + j) % (vocab - 1) for j in range(T)] for n in range(B * G)]
     return prompts, completions
 

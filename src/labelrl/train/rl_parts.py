@@ -18,6 +18,7 @@ from labelrl.rewards.reward_fn import RewardConfig, score_completions
 from labelrl.rollout import BACKENDS
 from labelrl.rollout.fast_decode import unsupported_reason
 from labelrl.rollout.fused import kept_bytes
+from labelrl.rollout.lean_pass import lean_reason
 from labelrl.rollout.logprobs import completion_logprobs_shared
 from labelrl.rollout.prefix import prefix_supported, shared_prefix_length
 from labelrl.rollout.sampler import pad_id
@@ -106,7 +107,8 @@ def sampling_options(cfg, tokenizer, dtype: torch.dtype = torch.float32) -> dict
 def plan_rl_memory(cfg, model, dtype: torch.dtype, prompts: list[list[int]], share: slice, single: bool = True):
     """The memory plan of the training pass at its largest: this process's share of the B
     prompts, each the longest training prompt, sharing only the prefix every training prompt
-    shares (one process; several run without it), with G completions of ``max_new_tokens``.
+    shares (one process; several run without it), with G completions of ``max_new_tokens``; under
+    the lean pass, the batch of the longest prompts instead (``PassShape.next_remainders``).
     What that pass saves is measured on its own shape (``labelrl.train.memory_rl``); with
     checkpointing the plain pass runs instead (transformers drops the cache inside checkpointed
     layers): B·G·(P + T) positions. labelrl's sampler keeps its packed base between steps when
@@ -115,14 +117,20 @@ def plan_rl_memory(cfg, model, dtype: torch.dtype, prompts: list[list[int]], sha
     prompts_here = len(range(cfg.prompts_per_step)[share])
     longest, G, T = max(len(p) for p in prompts), cfg.group_size, cfg.max_new_tokens
     shared = shared_prefix_length(prompts) if single and prefix_supported(model) else 0
+    # The lean pass computes each prompt's real tokens only: the worst batch is the longest prompts,
+    # the probe's line rising by the third-longest's bytes per prompt (each later one no longer).
+    # The module pass computes the padding too: every prompt costs the longest's.
+    lean = single and lean_reason(model) is None
+    following = sorted((len(p) - shared for p in prompts), reverse=True)[1:3] if lean else []
     shape = PassShape(prompts=prompts_here, group_size=G, shared=shared, remainder=longest - shared, new_tokens=T,
-                      share_prefix=single)
+                      share_prefix=single, next_remainders=tuple(following))
     held = kept_bytes(model, dtype) if cfg.backend == "labelrl" and unsupported_reason(model) is None else 0
     return plan_memory(model, dtype, tokens=shared + prompts_here * (longest - shared + G * T),
                        tokens_checkpointed=prompts_here * G * (longest + T), logit_positions=prompts_here * G * T,
                        requested=cfg.gradient_checkpointing, budget_gib=cfg.memory_budget, held_bytes=held,
                        knobs="--prompts-per-step, --group-size or --max-new-tokens",
-                       pass_growth_bytes=lambda device: rl_pass_growth_bytes(model, shape, dtype, device))
+                       pass_growth_bytes=lambda device: rl_pass_growth_bytes(model, shape, dtype, device),
+                       pass_holds_logits=not lean)
 
 
 def step_seed(seed: int, step: int, round_index: int) -> int:
