@@ -74,6 +74,7 @@ def test_values_and_gradients_are_the_log_softmax_at_any_slice_width(width, bias
     # tight enough that a slice lost or a running maximum not rescaled (errors of order width/V) shows
     assert value_bound < 1e-3
 
+
 def test_only_a_hidden_wide_vector_per_row_is_saved_for_backward():
     hidden, weight, b, targets = inputs()
     saved = []

@@ -94,21 +94,28 @@ def test_a_pass_that_holds_no_logits_is_priced_without_their_copies(monkeypatch)
     assert holds.predicted_peak_checkpointed_mb == sliced.predicted_peak_checkpointed_mb
 
 
-@pytest.mark.parametrize("adapted, single, holds", [(True, True, False), (True, False, True), (False, True, True)])
-def test_the_rl_plan_prices_logits_only_where_the_module_pass_runs(adapted, single, holds, monkeypatch):
+def rl_plan_inputs(adapted: bool, prompts_per_step: int):
+    """tiny-llama, with LoRA on every projection when ``adapted`` (the lean pass runs in one
+    process), and the few fields of an RL config ``plan_rl_memory`` reads."""
     from types import SimpleNamespace
 
     from peft import LoraConfig, get_peft_model
 
+    model = tiny_llama()
+    if adapted:
+        model = get_peft_model(model, LoraConfig(r=4, lora_alpha=8, target_modules="all-linear")).train()
+    cfg = SimpleNamespace(prompts_per_step=prompts_per_step, group_size=2, max_new_tokens=4, backend="labelrl",
+                          gradient_checkpointing=None, memory_budget=None)
+    return model, cfg
+
+
+@pytest.mark.parametrize("adapted, single, holds", [(True, True, False), (True, False, True), (False, True, True)])
+def test_the_rl_plan_prices_logits_only_where_the_module_pass_runs(adapted, single, holds, monkeypatch):
     from labelrl.train import rl_parts
 
-    model = tiny_llama()
-    if adapted:  # LoRA on every projection: the lean pass, without logits (one process)
-        model = get_peft_model(model, LoraConfig(r=4, lora_alpha=8, target_modules="all-linear")).train()
+    model, cfg = rl_plan_inputs(adapted, prompts_per_step=2)
     seen = {}
     monkeypatch.setattr(rl_parts, "plan_memory", lambda *args, **options: seen.update(options))
-    cfg = SimpleNamespace(prompts_per_step=2, group_size=2, max_new_tokens=4, backend="labelrl",
-                          gradient_checkpointing=None, memory_budget=None)
     rl_parts.plan_rl_memory(cfg, model, torch.float32, [[1] * 20 + [2, 3], [1] * 20 + [4]], slice(None), single=single)
     assert seen["pass_holds_logits"] is holds
 
@@ -117,19 +124,11 @@ def test_the_rl_plan_prices_logits_only_where_the_module_pass_runs(adapted, sing
 def test_the_lean_plan_probes_the_longest_prompts_not_copies_of_the_longest(adapted, monkeypatch):
     # the lean pass leaves a prompt's padding out: its worst batch is the longest prompts; the
     # module pass computes the padding, so each prompt costs what the longest does
-    from types import SimpleNamespace
-
-    from peft import LoraConfig, get_peft_model
-
     from labelrl.train import rl_parts
 
-    model = tiny_llama()
-    if adapted:
-        model = get_peft_model(model, LoraConfig(r=4, lora_alpha=8, target_modules="all-linear")).train()
+    model, cfg = rl_plan_inputs(adapted, prompts_per_step=4)
     shapes = []
     monkeypatch.setattr(rl_parts, "rl_pass_growth_bytes", lambda model, shape, dtype, device: shapes.append(shape) or 0.0)
-    cfg = SimpleNamespace(prompts_per_step=4, group_size=2, max_new_tokens=4, backend="labelrl",
-                          gradient_checkpointing=None, memory_budget=None)
     prompts = [[1] * 20 + [2 + k] * k for k in (30, 5, 10, 7)]  # 20 shared, then 30, 5, 10 and 7 tokens
     rl_parts.plan_rl_memory(cfg, model, torch.float32, prompts, slice(None))
     (shape,) = shapes
