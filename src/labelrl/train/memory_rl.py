@@ -47,6 +47,8 @@ import torch
 # (module doc).
 HEAP_GROWTH_RL = 1.05
 FIXED_BYTES_PER_FROZEN_WEIGHT = 6
+# The pass is measured at this many prompts and extended by the line through the two (module doc).
+PROBED_PROMPTS = (2, 3)
 
 
 @dataclass(frozen=True)
@@ -100,10 +102,11 @@ def saved_by_pass(model, shape: PassShape, dtype: torch.dtype) -> int:
 def rl_pass_saved_bytes(model, shape: PassShape, dtype: torch.dtype) -> float:
     """What the pass of ``shape`` saves: measured at 2 and 3 prompts and extended by the line
     through them (module doc); measured whole below 3 prompts."""
-    if shape.prompts <= 2:
+    low, high = PROBED_PROMPTS
+    if shape.prompts <= low:
         return float(saved_by_pass(model, shape, dtype))
-    two, three = (saved_by_pass(model, replace(shape, prompts=b), dtype) for b in (2, 3))
-    return two + (shape.prompts - 2) * (three - two)
+    first, second = (saved_by_pass(model, replace(shape, prompts=b), dtype) for b in PROBED_PROMPTS)
+    return first + (shape.prompts - low) * (second - first) / (high - low)
 
 
 def rl_pass_growth_bytes(model, shape: PassShape, dtype: torch.dtype, device: torch.device) -> float:

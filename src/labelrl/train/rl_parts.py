@@ -25,7 +25,7 @@ from labelrl.rollout.sampler import pad_id
 from labelrl.train.collapse import answer_shares
 from labelrl.train.distributed import gather_objects
 from labelrl.train.memory import plan_memory
-from labelrl.train.memory_rl import PassShape, rl_pass_growth_bytes
+from labelrl.train.memory_rl import PROBED_PROMPTS, PassShape, rl_pass_growth_bytes
 from labelrl.train.presets import resolve_preset
 from labelrl.train.setup import peak_memory_mb  # noqa: F401  (re-exported for the loop)
 from labelrl.types import LabelSpace
@@ -121,7 +121,7 @@ def plan_rl_memory(cfg, model, dtype: torch.dtype, prompts: list[list[int]], sha
     # the probe's line rising by the third-longest's bytes per prompt (each later one no longer).
     # The module pass computes the padding too: every prompt costs the longest's.
     lean = single and lean_reason(model) is None
-    following = sorted((len(p) - shared for p in prompts), reverse=True)[1:3] if lean else []
+    following = sorted((len(p) - shared for p in prompts), reverse=True)[1:max(PROBED_PROMPTS)] if lean else []
     shape = PassShape(prompts=prompts_here, group_size=G, shared=shared, remainder=longest - shared, new_tokens=T,
                       share_prefix=single, next_remainders=tuple(following))
     held = kept_bytes(model, dtype) if cfg.backend == "labelrl" and unsupported_reason(model) is None else 0
