@@ -1,6 +1,7 @@
 """One change to the RL step, measured with both arms in one process, alternating step by step.
 
-    .venv/bin/python benchmarks/rl_step_ab.py --compare adapter-update|training-pass|prefill|padding|vocabulary|all
+    .venv/bin/python benchmarks/rl_step_ab.py --compare adapter-update|training-pass|prefill|padding|vocabulary|
+        draw|optimizer|kept-groups|small|all
         [--prompts 2] [--json OUT] [--runs 6] [--precision bf16|fp32] [--threads N]
 
 The step is ``benchmarks/rl_step.py``'s at G = 4 without the skip rule (every group trains):
@@ -18,7 +19,14 @@ change and the other runs the default:
   against its real tokens only;
 - ``vocabulary``: each token's log-prob from the [M, V] logits as logit − logsumexp(logits)
   against the vocabulary read in cache-sized slices without them (``rollout.token_logprobs``);
-- ``all``: the module pass with prompts prefilled whole against the default (the last two).
+- ``draw``: the sampler's draw as one float64 running sum over the whole vocabulary and a
+  second pass for each token's log-prob, against the two-level draw (``sampler.inverse_cdf``);
+- ``optimizer``: AdamW as per-tensor operations against torch's fused kernel;
+- ``kept-groups``: the lean pass's fused base concatenated per pass against kept joined
+  (``precision.low_precision_group``);
+- ``small``: the last three undone together against the default;
+- ``all``: the module pass with prompts prefilled whole against the default (``training-pass``
+  and ``prefill`` together).
 
 One warm-up step of each arm, then ``--runs`` steps of each, alternating so the machine's noise
 hits both alike; medians of the step and of its sampling and training parts, and their ratios.
@@ -129,18 +137,98 @@ def logit_minus_logsumexp():
 
 
 @contextlib.contextmanager
+def whole_row_draw():
+    """The sampler's draw as a float64 running sum over the whole vocabulary, and each token's
+    log-prob as logit − logsumexp in a second pass (before ``sampler.inverse_cdf``)."""
+    import labelrl.rollout.sampler as sampler
+
+    kept = sampler.draw_tokens
+
+    def draw(logits, *, temperature, top_k, top_p, generator=None, uniforms=None):
+        if temperature == 0:
+            tokens = logits.argmax(dim=-1)
+        else:
+            scores = sampler.warp_logits(logits, temperature=temperature, top_k=top_k, top_p=top_p)
+            if uniforms is None:
+                uniforms = torch.rand(scores.shape[0], dtype=torch.float64, generator=generator)
+            cdf = torch.softmax(scores, dim=-1).double().cumsum(dim=-1)
+            threshold = (uniforms * cdf[:, -1]).unsqueeze(-1)
+            tokens = torch.searchsorted(cdf, threshold, right=True).squeeze(-1).clamp(max=scores.shape[-1] - 1)
+        return tokens, sampler.token_logprobs(logits, tokens)
+
+    sampler.draw_tokens = draw
+    try:
+        yield
+    finally:
+        sampler.draw_tokens = kept
+
+
+def per_tensor_adamw(run):
+    """AdamW as a loop of per-tensor operations (torch's default on CPU) instead of its fused kernel."""
+    @contextlib.contextmanager
+    def context():
+        groups = run.optimizer.param_groups
+        kept = [(group["fused"], group["foreach"]) for group in groups]
+        for group in groups:
+            group["fused"], group["foreach"] = False, False
+        try:
+            yield
+        finally:
+            for group, (fused_flag, foreach) in zip(groups, kept):
+                group["fused"], group["foreach"] = fused_flag, foreach
+
+    return context()
+
+
+@contextlib.contextmanager
+def groups_concatenated_per_pass():
+    """The lean pass's q/k/v and gate/up bf16 base concatenated from the kept per-module copies
+    at every pass (before ``precision.low_precision_group`` kept it joined)."""
+    import labelrl.rollout.lean_pass as lean_pass
+    from labelrl.models.precision import low_precision_weight
+
+    kept = lean_pass.low_precision_group
+    lean_pass.low_precision_group = lambda modules, dtype: torch.cat([low_precision_weight(m, dtype) for m in modules])
+    try:
+        yield
+    finally:
+        lean_pass.low_precision_group = kept
+
+
+def before_small(run):
+    """The three changes above undone together."""
+    stack = contextlib.ExitStack()
+    for context in (whole_row_draw(), per_tensor_adamw(run), groups_concatenated_per_pass()):
+        stack.enter_context(context)
+    return stack
+
+
+def _no_run(factory):
+    """A comparison arm that does not need the run."""
+    return lambda run: factory()
+
+
+@contextlib.contextmanager
 def before_both():
     with module_pass(), prompts_prefilled_whole():
         yield
 
 
 COMPARISONS = {
-    "adapter-update": (("bf16 update", bf16_update), ("fp32 update", module_pass)),
-    "training-pass": (("module pass", module_pass), ("lean pass (default)", contextlib.nullcontext)),
-    "prefill": (("prompts prefilled whole", prompts_prefilled_whole), ("shared prefix once (default)", contextlib.nullcontext)),
-    "padding": (("completions padded", completions_padded), ("real tokens only (default)", contextlib.nullcontext)),
-    "vocabulary": (("logits, logit − logsumexp", logit_minus_logsumexp), ("sliced (default)", contextlib.nullcontext)),
-    "all": (("module pass, prompts whole", before_both), ("default", contextlib.nullcontext)),
+    "adapter-update": (("bf16 update", _no_run(bf16_update)), ("fp32 update", _no_run(module_pass))),
+    "training-pass": (("module pass", _no_run(module_pass)), ("lean pass (default)", _no_run(contextlib.nullcontext))),
+    "prefill": (("prompts prefilled whole", _no_run(prompts_prefilled_whole)),
+                ("shared prefix once (default)", _no_run(contextlib.nullcontext))),
+    "padding": (("completions padded", _no_run(completions_padded)),
+                ("real tokens only (default)", _no_run(contextlib.nullcontext))),
+    "vocabulary": (("logits, logit − logsumexp", _no_run(logit_minus_logsumexp)),
+                   ("sliced (default)", _no_run(contextlib.nullcontext))),
+    "draw": (("whole-row running sum", _no_run(whole_row_draw)), ("two-level (default)", _no_run(contextlib.nullcontext))),
+    "optimizer": (("per-tensor AdamW", per_tensor_adamw), ("fused AdamW (default)", _no_run(contextlib.nullcontext))),
+    "kept-groups": (("concatenated per pass", _no_run(groups_concatenated_per_pass)),
+                    ("kept joined (default)", _no_run(contextlib.nullcontext))),
+    "small": (("draw, AdamW, groups as before", before_small), ("default", _no_run(contextlib.nullcontext))),
+    "all": (("module pass, prompts whole", _no_run(before_both)), ("default", _no_run(contextlib.nullcontext))),
 }
 
 
@@ -168,7 +256,7 @@ def main() -> None:
         run = start_run(config)
         for index in range(args.runs + 1):
             for label, context in arms:
-                with context():
+                with context(run):
                     started = time.perf_counter()
                     record = rl_step(run)
                     elapsed = time.perf_counter() - started

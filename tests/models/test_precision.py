@@ -215,6 +215,30 @@ def test_the_copy_is_kept_between_passes_and_made_again_when_the_weight_changes(
     assert torch.equal(kept, base.weight.detach().to(torch.bfloat16))
 
 
+def test_a_fused_group_keeps_one_joined_copy_whose_rows_are_the_members_copies():
+    model = lora_llama()
+    attn = model.base_model.model.model.layers[0].self_attn
+    members = [attn.q_proj.base_layer, attn.k_proj.base_layer, attn.v_proj.base_layer]
+    alone = P.low_precision_weight(members[1], torch.bfloat16)  # one member already kept apart
+    joined = P.low_precision_group(members, torch.bfloat16)
+    assert torch.equal(joined, torch.cat([m.weight.detach() for m in members]).to(torch.bfloat16))
+    assert torch.equal(joined[64:96], alone)  # the rounding kept before, now a row slice
+    views = [P.low_precision_weight(m, torch.bfloat16) for m in members]
+    assert all(v.untyped_storage().data_ptr() == joined.untyped_storage().data_ptr() for v in views)  # no second copy
+    assert P.low_precision_group(members, torch.bfloat16) is joined  # kept between passes
+    with torch.no_grad():
+        members[2].weight.mul_(2.0)  # a member's weight changes
+    again = P.low_precision_group(members, torch.bfloat16)
+    assert again is not joined and torch.equal(again[96:], members[2].weight.detach().to(torch.bfloat16))
+    P.low_precision_weight(members[0], torch.bfloat16)  # still its view: the group stays
+    assert P.low_precision_group(members, torch.bfloat16) is again
+    with torch.no_grad():
+        members[0].weight.add_(1.0)
+    P.low_precision_weight(members[0], torch.bfloat16)  # the module pass re-cast one member on its own
+    rebuilt = P.low_precision_group(members, torch.bfloat16)
+    assert rebuilt is not again and torch.equal(rebuilt[:64], members[0].weight.detach().to(torch.bfloat16))
+
+
 def test_fp32_and_trainable_weights_keep_no_copy():
     model = lora_llama()
     with torch.no_grad(), P.compute(model, torch.float32):

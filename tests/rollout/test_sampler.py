@@ -21,7 +21,7 @@ from transformers.generation.logits_process import (  # noqa: E402
 )
 
 from labelrl.rollout import completion_logprobs, sample_groups  # noqa: E402
-from labelrl.rollout.sampler import left_pad, warp_logits  # noqa: E402
+from labelrl.rollout.sampler import draw_tokens, inverse_cdf, left_pad, warp_logits  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from numerics import assert_values_within, logprob_bound  # noqa: E402
@@ -305,3 +305,51 @@ def test_smollm2_greedy_matches_generate():
     eos = [tokenizer.eos_token_id]
     ours = greedy(real, prompts, 2, 24, eos)
     assert ours.completion_ids == hf_greedy(real, prompts, 2, 24, eos)
+
+
+def running_sum_draw(probs: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
+    """The definition: the first token whose float64 running sum over the whole row exceeds u × total."""
+    cdf = probs.double().cumsum(dim=-1)
+    return torch.searchsorted(cdf, (uniforms * cdf[:, -1]).unsqueeze(-1), right=True).squeeze(-1)
+
+
+@pytest.mark.parametrize("vocab, block", [(1000, 64), (1024, 64), (50, 64), (49152, 1024)])
+def test_the_two_level_draw_gives_the_running_sum_draw(vocab, block):
+    # The draw lands within a few 2⁻⁵³ of the total of a boundary with probability ~1e-13 per
+    # row, so over these 1,600 rows the two must agree token for token.
+    generator = torch.Generator().manual_seed(vocab)
+    for scale in (0.5, 3.0, 12.0):  # flat to peaked
+        probs = torch.softmax(torch.randn(400, vocab, generator=generator) * scale, dim=-1)
+        uniforms = torch.rand(400, dtype=torch.float64, generator=generator)
+        assert torch.equal(inverse_cdf(probs, uniforms, block), running_sum_draw(probs, uniforms))
+
+
+def test_the_two_level_draw_never_picks_a_token_of_probability_zero():
+    vocab, block = 300, 64  # five blocks, the last one padded
+    probs = torch.zeros(6, vocab)
+    probs[0, [5, 70]] = 0.5  # whole blocks empty after the last positive token
+    probs[1, 63] = 1.0  # a block's last token, and nothing after it
+    probs[2, [0, 299]] = 0.5  # the vocabulary's last token, next to the padding
+    probs[3, 128:192] = 1 / 64  # one full block
+    probs[4, [1, 2]] = torch.tensor([1e-30, 1.0])  # a token too small for the running sum to see
+    probs[5] = torch.softmax(torch.randn(vocab), dim=-1)
+    probs[5, 200:] = 0.0  # a top-k cut
+    last_below_one = 1.0 - 2.0 ** -53
+    for u in (0.0, 0.25, 0.5, 0.999, last_below_one):
+        tokens = inverse_cdf(probs, torch.full((6,), u, dtype=torch.float64), block)
+        assert (probs.gather(1, tokens[:, None]) > 0).all(), (u, tokens)
+        assert torch.equal(tokens[:4], running_sum_draw(probs[:4], torch.full((4,), u, dtype=torch.float64)))
+    assert inverse_cdf(probs[3:4], torch.tensor([last_below_one]), block).item() == 191
+
+
+@pytest.mark.parametrize("temperature, top_k, top_p", [(1.0, 0, 1.0), (0.7, 5, 1.0), (1.0, 0, 0.8), (0.0, 0, 1.0)])
+def test_drawn_tokens_come_with_their_temperature_1_logprobs(temperature, top_k, top_p):
+    logits = torch.randn(16, 3000, generator=torch.Generator().manual_seed(0)) * 4
+    tokens, logprobs = draw_tokens(logits, temperature=temperature, top_k=top_k, top_p=top_p,
+                                   generator=torch.Generator().manual_seed(1))
+    reference = logits.double().log_softmax(dim=-1).gather(1, tokens[:, None]).squeeze(1)
+    # fp32 softmax or logsumexp over V terms: |Δ| ≤ γ_V·(|max logit| + 1) relative to the logits' range
+    gamma_v = 3000 * 2.0 ** -24 / (1 - 3000 * 2.0 ** -24)
+    assert (logprobs.double() - reference).abs().max() <= gamma_v * (logits.abs().max() + 1)
+    if temperature == 0:
+        assert torch.equal(tokens, logits.argmax(dim=-1))

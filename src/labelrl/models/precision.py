@@ -255,6 +255,7 @@ def _lean_lora_forward(layer: torch.nn.Module, x: torch.Tensor, *args, **kwargs)
 
 
 _CAST_KEY = "_labelrl_low_precision_weight"
+_GROUP_KEY = "_labelrl_low_precision_group"  # on a group's first module: (member keys, joined copy, member views)
 
 
 def _frozen_linears(model: torch.nn.Module) -> list[torch.nn.Module]:
@@ -277,6 +278,33 @@ def low_precision_weight(module: torch.nn.Module, dtype: torch.dtype) -> torch.T
         kept = (key, weight.detach().to(dtype))
         module.__dict__[_CAST_KEY] = kept
     return kept[1]
+
+
+def low_precision_group(modules: list[torch.nn.Module], dtype: torch.dtype) -> torch.Tensor:
+    """The concatenation along output rows of the ``modules``' ``low_precision_weight``, kept: each
+    module's kept copy becomes its rows of one tensor, so a pass that runs the group as one
+    product (``labelrl.rollout.lean_pass``: q/k/v, gate/up) neither concatenates 212 MB of
+    SmolLM2 weights per pass nor keeps a second copy. Made again when any member's weight
+    changes, or its kept copy was made apart (``low_precision_weight``)."""
+    import torch
+
+    keys = [(m.weight.untyped_storage().data_ptr(), m.weight._version, dtype) for m in modules]
+    group = modules[0].__dict__.get(_GROUP_KEY)
+    if group is not None and group[0] == keys and all(
+            m.__dict__.get(_CAST_KEY, (None, None))[1] is part for m, part in zip(modules, group[2])):
+        return group[1]
+    joined = torch.empty((sum(m.weight.shape[0] for m in modules), modules[0].weight.shape[1]), dtype=dtype,
+                         device=modules[0].weight.device)
+    parts, start = [], 0
+    for module, key in zip(modules, keys):
+        part = joined[start : start + module.weight.shape[0]]
+        kept = module.__dict__.get(_CAST_KEY)
+        part.copy_(kept[1] if kept is not None and kept[0] == key else module.weight.detach())  # the same rounding
+        module.__dict__[_CAST_KEY] = (key, part)
+        parts.append(part)
+        start += module.weight.shape[0]
+    modules[0].__dict__[_GROUP_KEY] = (keys, joined, parts)
+    return joined
 
 
 def cast_weights_to_keep(model: torch.nn.Module, dtype: torch.dtype) -> int:

@@ -16,10 +16,11 @@ Here, per layer:
   attention sees only the tokens that predict a real one.
 
 Precision is what ``labelrl.models.precision.compute`` gives the module pass, rounding for
-rounding: in bf16 each base product runs on the bf16 copy of its frozen weight
-(``low_precision_weight``, the copy the module pass keeps) with a bf16 result cast to fp32,
-the adapter's update is an fp32 product added in fp32 (``fp32_adapter_sum``), and norms,
-rotary embedding, attention, residual stream and the vocabulary projection are fp32. Only the
+rounding: in bf16 each base product runs on the bf16 copy of its frozen weight (the copy the
+module pass keeps, ``low_precision_weight``; a fused group's members' copies are rows of one
+tensor, ``low_precision_group``) with a bf16 result cast to fp32, the adapter's update is an
+fp32 product added in fp32 (``fp32_adapter_sum``), and norms, rotary embedding, attention,
+residual stream and the vocabulary projection are fp32. Only the
 summation order of some products differs (fused and stacked shapes), within float rounding.
 
 ``lean_reason`` says why a model must keep the module pass (None: it need not). The pass
@@ -37,7 +38,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from labelrl.models.precision import low_precision_weight
+from labelrl.models.precision import low_precision_group
 from labelrl.rollout.fast_decode import _norm, _rope_qk, attention_masks, rotary_tables, unsupported_reason
 from labelrl.rollout.token_logprobs import token_logprobs
 from labelrl.rollout.fused import LLAMA_PROJECTIONS, base_model, frozen_bias, frozen_weight, is_gemma3
@@ -50,7 +51,8 @@ class LeanProjection:
     """base(x) + Δ(x) for one fused group (q/k/v, o, gate/up or down).
 
     ``weights``: the frozen base in the compute dtype, one concatenated matrix [out, in] in bf16
-    (a copy made per pass from the kept per-module casts), or the members' own fp32 weights,
+    (kept between passes, each member's kept cast a view of it: ``low_precision_group``), or
+    the members' own fp32 weights,
     whose outputs are concatenated (no fp32 copy of the model). ``a`` [R, in] and ``b`` [out, R]
     are the stacked and block-diagonal adapter factors, fp32, in the autograd graph."""
 
@@ -141,7 +143,7 @@ def _projection(group: list[nn.Module], dtype: torch.dtype) -> LeanProjection:
     if dtype == torch.float32:
         weights = [frozen_weight(m) for m in group]
     else:
-        weights = [torch.cat([low_precision_weight(m.base_layer, dtype) for m in group])]
+        weights = [low_precision_group([m.base_layer for m in group], dtype)]
     biases = [frozen_bias(m) for m in group]
     bias = None
     if any(b is not None for b in biases):

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Iterator, Sequence
 
 import torch
+import torch.nn.functional as F
 from transformers import DynamicCache
 
 from labelrl.models.precision import check_compute_dtype, compute
@@ -159,14 +160,70 @@ def choose_tokens(
     One random number per row: the Gumbel-max draw used before needed V exponentials per
     row, 6 ms of a ~40 ms decode step at 8 rows × 49k tokens on this CPU.
     """
+    return draw_tokens(logits, temperature=temperature, top_k=top_k, top_p=top_p, generator=generator,
+                       uniforms=uniforms)[0]
+
+
+# The draw finds the block of the vocabulary the uniform falls in from the blocks' totals, then
+# the token within it: a running sum over one block instead of the whole vocabulary (which, in
+# float64 over 49k tokens at 8 rows, cost more than a millisecond of each decode step on 2 cores).
+DRAW_BLOCK = 1024
+
+
+def draw_tokens(
+    logits: torch.Tensor, *, temperature: float, top_k: int, top_p: float,
+    generator: torch.Generator | None = None, uniforms: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``choose_tokens``'s tokens [N] and their log-probs [N] under the temperature-1 policy
+    softmax(logits) (fp32), read from the draw's own softmax when it is that policy's."""
     if temperature == 0:
-        return logits.argmax(dim=-1)
-    scores = warp_logits(logits, temperature=temperature, top_k=top_k, top_p=top_p)
+        tokens = logits.argmax(dim=-1)
+        return tokens, token_logprobs(logits, tokens)
+    plain = temperature == 1 and top_k in (0, logits.shape[-1]) and top_p >= 1.0
+    scores = logits.float() if plain else warp_logits(logits, temperature=temperature, top_k=top_k, top_p=top_p)
     if uniforms is None:
         uniforms = torch.rand(scores.shape[0], dtype=torch.float64, generator=generator)
-    cdf = torch.softmax(scores, dim=-1).double().cumsum(dim=-1)  # float64: 49k fp32 terms would drift
-    threshold = (uniforms.to(cdf.device) * cdf[:, -1]).unsqueeze(-1)
-    return torch.searchsorted(cdf, threshold, right=True).squeeze(-1).clamp(max=scores.shape[-1] - 1)
+    probs = torch.softmax(scores, dim=-1)
+    tokens = inverse_cdf(probs, uniforms.to(probs.device))
+    if plain:  # log p of a drawn token: it holds at least ~1e-16 of the mass, far from fp32's underflow
+        return tokens, probs.gather(-1, tokens[:, None]).squeeze(-1).log()
+    return tokens, token_logprobs(logits, tokens)
+
+
+def token_logprobs(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+    """log softmax(logits)[token] per row, fp32."""
+    logits = logits.float()
+    return logits.gather(-1, tokens[:, None]).squeeze(-1) - torch.logsumexp(logits, dim=-1)
+
+
+def inverse_cdf(probs: torch.Tensor, uniforms: torch.Tensor, block: int = DRAW_BLOCK) -> torch.Tensor:
+    """Per row of ``probs`` [N, V] (fp32, ≥ 0), the first token whose cumulative probability,
+    summed in float64, exceeds u × the row's total, ``uniforms`` [N] (float64, in [0, 1)).
+
+    Two levels: the blocks' totals locate the block, a running sum within it the token. Both are
+    float64 sums of the same fp32 numbers, in different orders, so they can disagree by a few
+    units of 2⁻⁵³ of the total; when u × total falls in that sliver past the block's own running
+    sum (or past the last block's end), the last token of positive probability before it is
+    taken. So a token of probability 0 is never chosen.
+    """
+    rows, vocab = probs.shape
+    blocks = -(-vocab // block)
+    padded = probs if blocks * block == vocab else F.pad(probs, (0, blocks * block - vocab))
+    by_block = padded.view(rows, blocks, block)
+    totals = by_block.sum(dim=-1, dtype=torch.float64)  # [N, blocks]
+    block_cdf = totals.cumsum(dim=-1)
+    threshold = (uniforms * block_cdf[:, -1]).unsqueeze(-1)
+    chosen = torch.minimum(torch.searchsorted(block_cdf, threshold, right=True), _last_positive(totals))  # [N, 1]
+    before = torch.where(chosen > 0, block_cdf.gather(-1, (chosen - 1).clamp(min=0)), 0.0)
+    inside = by_block.gather(1, chosen[:, :, None].expand(rows, 1, block)).squeeze(1)  # [N, block]
+    offset = torch.searchsorted(inside.double().cumsum(dim=-1), threshold - before, right=True)
+    offset = torch.minimum(offset, _last_positive(inside))
+    return (chosen * block + offset).squeeze(-1)
+
+
+def _last_positive(values: torch.Tensor) -> torch.Tensor:
+    """Per row of ``values`` [N, K], the index of its last positive entry [N, 1]."""
+    return values.shape[-1] - 1 - (values > 0).flip(-1).int().argmax(dim=-1, keepdim=True)
 
 
 def row_uniforms(live: torch.Tensor, generators: Sequence[torch.Generator], group_size: int) -> torch.Tensor:
@@ -375,8 +432,7 @@ def _decode(stepper, logits, max_new_tokens: int, eos: list[int], options: dict,
         uniforms = None
         if generators is not None and options["temperature"] > 0:
             uniforms = row_uniforms(live, generators, group_size)
-        tokens = choose_tokens(logits, uniforms=uniforms, **options)
-        logprobs = logits.gather(-1, tokens[:, None]).squeeze(-1) - torch.logsumexp(logits, dim=-1)
+        tokens, logprobs = draw_tokens(logits, uniforms=uniforms, **options)
         steps.append((live, tokens.cpu(), logprobs.cpu()))
         keep = ~torch.isin(tokens, eos_ids)
         if step == max_new_tokens - 1 or not keep.any():
