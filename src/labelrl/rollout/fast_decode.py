@@ -269,28 +269,41 @@ def _prefill_layers(w: LlamaWeights, input_ids: torch.Tensor, columns: torch.Ten
                     past: list | None) -> tuple[torch.Tensor, list]:
     """Every layer over ``input_ids`` [n, L] after the cached ``past`` (per layer (keys,
     values) [n or 1, KV, C, D], fp32; None: nothing before), ``columns`` [n, C + L] marking the
-    real tokens of cache and input (``attention_masks``). Returns the residual stream [n·L,
-    hidden] after the last layer and each layer's keys and values over all C + L columns."""
+    real tokens of cache and input (``attention_masks``). Returns the residual stream after the
+    last layer at the real tokens of ``input_ids`` [M, hidden], row by row in column order, and
+    each layer's keys and values over all C + L columns.
+
+    Norms, projections and the MLP run on the real tokens only (a left-padded prompt's padding is
+    never computed); attention runs on the [n, L] layout, its padding slots zero and hidden by
+    the mask (a padding query sees itself only, and its output is not read)."""
     n, length = input_ids.shape
     h_q, h_kv, d = w.n_heads, w.n_kv_heads, w.head_dim
+    real = columns[:, -length:].reshape(-1).nonzero().squeeze(1)
+    real = None if real.numel() == n * length else real  # None: every slot is a token
+    pick = (lambda t: t) if real is None else (lambda t: t.index_select(0, real))
     like = torch.empty(0, dtype=torch.float32, device=input_ids.device)
-    tables = {key: (cos[position_ids][:, :, None], sin[position_ids][:, :, None])  # [n, L, 1, D]
+    flat_positions = pick(position_ids.reshape(-1))
+    tables = {key: (cos[flat_positions][:, None], sin[flat_positions][:, None])  # [M, 1, D]
               for key, (cos, sin) in _tables(w, int(position_ids.max()) + 1, like).items()}
     masks = attention_masks(columns, length, {layer.sliding_window for layer in w.layers})
-    x = _embed(w, input_ids).reshape(n * length, -1)  # the fp32 residual stream
+    x = _embed(w, pick(input_ids.reshape(-1)))  # the fp32 residual stream [M, hidden]
     layer_kv = []
     for i, layer in enumerate(w.layers):
         h = _norm(x, layer.input_norm, w.eps)
-        qkv = layer.qkv(h.to(w.dtype), h).view(n, length, h_q + 2 * h_kv, d)
-        qk = _rope_qk(w, layer, qkv[:, :, : h_q + h_kv], *tables[layer.rope_key])
-        keys, values = qk[:, :, h_q:].transpose(1, 2), qkv[:, :, h_q + h_kv:].transpose(1, 2).float()
+        qkv = layer.qkv(h.to(w.dtype), h).view(-1, h_q + 2 * h_kv, d)
+        heads = torch.cat([_rope_qk(w, layer, qkv[:, : h_q + h_kv], *tables[layer.rope_key]), qkv[:, h_q + h_kv:].float()],
+                          dim=1)  # [M, H + 2·KV, D], fp32: q and k rotated, v
+        if real is not None:
+            heads = heads.new_zeros((n * length, *heads.shape[1:])).index_copy_(0, real, heads)
+        heads = heads.view(n, length, h_q + 2 * h_kv, d).transpose(1, 2)  # [n, H + 2·KV, L, D]
+        keys, values = heads[:, h_q : h_q + h_kv], heads[:, h_q + h_kv:]
         if past is not None:
             keys = torch.cat([past[i][0].expand(n, -1, -1, -1), keys], dim=2)
             values = torch.cat([past[i][1].expand(n, -1, -1, -1), values], dim=2)
-        attn = F.scaled_dot_product_attention(qk[:, :, :h_q].transpose(1, 2), keys, values,
+        attn = F.scaled_dot_product_attention(heads[:, :h_q], keys, values,
                                               attn_mask=masks[layer.sliding_window][:, None], scale=_scale(w),
                                               enable_gqa=True)
-        x = _attention_residual(w, layer, x, attn.transpose(1, 2).reshape(n * length, h_q * d))
+        x = _attention_residual(w, layer, x, pick(attn.transpose(1, 2).reshape(n * length, h_q * d)))
         x = _mlp_residual(w, layer, x)
         layer_kv.append((keys, values))
     return x, layer_kv
@@ -303,8 +316,8 @@ def fast_prefill(weights: LlamaWeights, input_ids: torch.Tensor, attention_mask:
 
     The same computation as the model's forward (and the same roundings as its bf16 autocast)
     without its per-call costs: no weight casts, one fused q/k/v and gate/up product per layer
-    on all B·P tokens, attention through SDPA's fused kernel with a causal-and-padding mask,
-    narrowed to the window on sliding layers.
+    on the prompts' real tokens (their left padding is not computed), attention through SDPA's
+    fused kernel with a causal-and-padding mask, narrowed to the window on sliding layers.
 
     ``prefix`` [1, S]: tokens every prompt starts with, run once (``labelrl.rollout.prefix``);
     ``input_ids`` then holds each prompt's remainder in that module's layout
@@ -318,8 +331,8 @@ def fast_prefill(weights: LlamaWeights, input_ids: torch.Tensor, attention_mask:
             _, past = _prefill_layers(weights, prefix, torch.ones_like(prefix),
                                       torch.arange(prefix.shape[1], device=prefix.device)[None], None)
         x, layer_kv = _prefill_layers(weights, input_ids, attention_mask, position_ids, past)
-        n, length = input_ids.shape
-        logits = _logits(weights, x.view(n, length, -1)[:, -1]).repeat_interleave(group_size, dim=0)
+        last = attention_mask[:, -input_ids.shape[1]:].sum(dim=1).cumsum(dim=0) - 1  # each prompt's last token, always real
+        logits = _logits(weights, x.index_select(0, last)).repeat_interleave(group_size, dim=0)
     return logits, FastLlamaDecoder(weights, layer_kv, attention_mask, position_ids[:, -1:] + 1, group_size,
                                     max_new_tokens)
 
