@@ -179,7 +179,7 @@ def draw_tokens(
     if temperature == 0:
         tokens = logits.argmax(dim=-1)
         return tokens, token_logprobs(logits, tokens)
-    plain = temperature == 1 and top_k in (0, logits.shape[-1]) and top_p >= 1.0
+    plain = temperature == 1 and not 0 < top_k < logits.shape[-1] and top_p >= 1.0  # warp_logits would keep every score
     scores = logits.float() if plain else warp_logits(logits, temperature=temperature, top_k=top_k, top_p=top_p)
     if uniforms is None:
         uniforms = torch.rand(scores.shape[0], dtype=torch.float64, generator=generator)
