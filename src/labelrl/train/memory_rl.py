@@ -30,8 +30,9 @@ on sms-spam (4 and 16 prompts per step: a run's batches are shorter than the lon
 plan prices) and by 1.52× and 1.12× on vader-movies, plus a fixed part. The CPU prediction takes
 ``HEAP_GROWTH_RL`` × the saved bytes plus ``FIXED_BYTES_PER_FROZEN_WEIGHT`` per frozen weight
 (807 MB for SmolLM2). Any factor from 0.87 to 1.23 keeps all four peaks within [1, 1.5]× of the
-prediction; 1.05, near that range's geometric middle, puts them at 1/1.11 to 1/1.34 of it, about
-a tenth from either edge (``tests/train/test_memory_prediction_slow.py`` checks them on its
+prediction; 1.05, near that range's geometric middle, put them at 1/1.11 to 1/1.34 of it, about
+a tenth from either edge, and at 1/1.13 to 1/1.36 once the pass kept its fused bf16 base joined
+instead of copying it per pass (``tests/train/test_memory_prediction_slow.py`` checks them on its
 machine). Before the lean
 pass read the vocabulary in slices and left the prompts' padding out, the pass churned the heap
 with [M, V] logits and the factor was 1.5.
