@@ -154,7 +154,7 @@ def whole_row_draw():
             cdf = torch.softmax(scores, dim=-1).double().cumsum(dim=-1)
             threshold = (uniforms * cdf[:, -1]).unsqueeze(-1)
             tokens = torch.searchsorted(cdf, threshold, right=True).squeeze(-1).clamp(max=scores.shape[-1] - 1)
-        return tokens, sampler.token_logprobs(logits, tokens)
+        return tokens, sampler.logprobs_of_tokens(logits, tokens)
 
     sampler.draw_tokens = draw
     try:

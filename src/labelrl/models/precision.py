@@ -255,7 +255,7 @@ def _lean_lora_forward(layer: torch.nn.Module, x: torch.Tensor, *args, **kwargs)
 
 
 _CAST_KEY = "_labelrl_low_precision_weight"
-_GROUP_KEY = "_labelrl_low_precision_group"  # on a group's first module: (member keys, joined copy, member views)
+_GROUP_KEY = "_labelrl_low_precision_group"  # on a group's first module: (joined copy, member row views)
 
 
 def _frozen_linears(model: torch.nn.Module) -> list[torch.nn.Module]:
@@ -268,42 +268,51 @@ def _frozen_linears(model: torch.nn.Module) -> list[torch.nn.Module]:
     return [m for m in inner.modules() if type(m) is torch.nn.Linear and not m.weight.requires_grad and m is not head]
 
 
+def _kept_cast(module: torch.nn.Module, dtype: torch.dtype) -> torch.Tensor | None:
+    """The ``dtype`` copy of ``module.weight`` kept on the module while still valid (the weight's
+    storage and version counter unchanged: no in-place write, no loaded checkpoint), else None."""
+    weight = module.weight
+    kept = module.__dict__.get(_CAST_KEY)
+    return kept[1] if kept is not None and kept[0] == (weight.untyped_storage().data_ptr(), weight._version, dtype) else None
+
+
+def _keep_cast(module: torch.nn.Module, dtype: torch.dtype, copy: torch.Tensor) -> None:
+    weight = module.weight
+    module.__dict__[_CAST_KEY] = ((weight.untyped_storage().data_ptr(), weight._version, dtype), copy)
+
+
 def low_precision_weight(module: torch.nn.Module, dtype: torch.dtype) -> torch.Tensor:
     """``module.weight`` in ``dtype``, cast once and kept on the module until the weight changes
     (its storage or its version counter: an in-place write, a loaded checkpoint)."""
-    weight = module.weight
-    key = (weight.untyped_storage().data_ptr(), weight._version, dtype)
-    kept = module.__dict__.get(_CAST_KEY)
-    if kept is None or kept[0] != key:
-        kept = (key, weight.detach().to(dtype))
-        module.__dict__[_CAST_KEY] = kept
-    return kept[1]
+    kept = _kept_cast(module, dtype)
+    if kept is None:
+        kept = module.weight.detach().to(dtype)
+        _keep_cast(module, dtype, kept)
+    return kept
 
 
 def low_precision_group(modules: list[torch.nn.Module], dtype: torch.dtype) -> torch.Tensor:
     """The concatenation along output rows of the ``modules``' ``low_precision_weight``, kept: each
     module's kept copy becomes its rows of one tensor, so a pass that runs the group as one
     product (``labelrl.rollout.lean_pass``: q/k/v, gate/up) neither concatenates 212 MB of
-    SmolLM2 weights per pass nor keeps a second copy. Made again when any member's weight
-    changes, or its kept copy was made apart (``low_precision_weight``)."""
+    SmolLM2 weights per pass nor keeps a second copy. Made again when any member's kept copy is
+    no longer its rows (its weight changed, or it was cast apart by ``low_precision_weight``)."""
     import torch
 
-    keys = [(m.weight.untyped_storage().data_ptr(), m.weight._version, dtype) for m in modules]
     group = modules[0].__dict__.get(_GROUP_KEY)
-    if group is not None and group[0] == keys and all(
-            m.__dict__.get(_CAST_KEY, (None, None))[1] is part for m, part in zip(modules, group[2])):
-        return group[1]
+    if group is not None and all(_kept_cast(m, dtype) is part for m, part in zip(modules, group[1])):
+        return group[0]
     joined = torch.empty((sum(m.weight.shape[0] for m in modules), modules[0].weight.shape[1]), dtype=dtype,
                          device=modules[0].weight.device)
     parts, start = [], 0
-    for module, key in zip(modules, keys):
+    for module in modules:
         part = joined[start : start + module.weight.shape[0]]
-        kept = module.__dict__.get(_CAST_KEY)
-        part.copy_(kept[1] if kept is not None and kept[0] == key else module.weight.detach())  # the same rounding
-        module.__dict__[_CAST_KEY] = (key, part)
+        kept = _kept_cast(module, dtype)
+        part.copy_(module.weight.detach() if kept is None else kept)  # the rounding low_precision_weight makes
+        _keep_cast(module, dtype, part)
         parts.append(part)
         start += module.weight.shape[0]
-    modules[0].__dict__[_GROUP_KEY] = (keys, joined, parts)
+    modules[0].__dict__[_GROUP_KEY] = (joined, parts)
     return joined
 
 
@@ -316,10 +325,8 @@ def cast_weights_to_keep(model: torch.nn.Module, dtype: torch.dtype) -> int:
     size = torch.empty((), dtype=dtype).element_size()
     total = 0
     for module in _frozen_linears(model):
-        kept = module.__dict__.get(_CAST_KEY)
-        weight = module.weight
-        if kept is None or kept[0] != (weight.untyped_storage().data_ptr(), weight._version, dtype):
-            total += weight.numel() * size
+        if _kept_cast(module, dtype) is None:
+            total += module.weight.numel() * size
     return total
 
 

@@ -265,6 +265,12 @@ def attention_masks(columns: torch.Tensor, length: int, windows) -> dict:
     return {window: (allowed & (distance < window) if window else allowed) | (distance == 0) for window in windows}
 
 
+def real_tokens(columns: torch.Tensor) -> torch.Tensor | None:
+    """Flat indices of the real slots of ``columns`` [n, s] (None: every slot is real)."""
+    real = columns.reshape(-1).nonzero().squeeze(1)
+    return None if real.numel() == columns.numel() else real
+
+
 def _prefill_layers(w: LlamaWeights, input_ids: torch.Tensor, columns: torch.Tensor, position_ids: torch.Tensor,
                     past: list | None) -> tuple[torch.Tensor, list]:
     """Every layer over ``input_ids`` [n, L] after the cached ``past`` (per layer (keys,
@@ -278,8 +284,7 @@ def _prefill_layers(w: LlamaWeights, input_ids: torch.Tensor, columns: torch.Ten
     the mask (a padding query sees itself only, and its output is not read)."""
     n, length = input_ids.shape
     h_q, h_kv, d = w.n_heads, w.n_kv_heads, w.head_dim
-    real = columns[:, -length:].reshape(-1).nonzero().squeeze(1)
-    real = None if real.numel() == n * length else real  # None: every slot is a token
+    real = real_tokens(columns[:, -length:])
     pick = (lambda t: t) if real is None else (lambda t: t.index_select(0, real))
     like = torch.empty(0, dtype=torch.float32, device=input_ids.device)
     flat_positions = pick(position_ids.reshape(-1))

@@ -39,7 +39,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from labelrl.models.precision import low_precision_group
-from labelrl.rollout.fast_decode import _norm, _rope_qk, attention_masks, rotary_tables, unsupported_reason
+from labelrl.rollout.fast_decode import _norm, _rope_qk, attention_masks, real_tokens, rotary_tables, unsupported_reason
 from labelrl.rollout.token_logprobs import token_logprobs
 from labelrl.rollout.fused import LLAMA_PROJECTIONS, base_model, frozen_bias, frozen_weight, is_gemma3
 
@@ -208,12 +208,6 @@ class Segment:
         return values.new_zeros(self.ids.numel(), *values.shape[1:]).index_copy(0, self.tokens, values)
 
 
-def _real_tokens(columns: torch.Tensor) -> torch.Tensor | None:
-    """Flat indices of the real slots of ``columns`` [n, s] (None: every slot is real)."""
-    real = columns.reshape(-1).nonzero().squeeze(1)
-    return None if real.numel() == columns.numel() else real
-
-
 def _layer(w: LeanWeights, layer: LeanLayer, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
            segments: list[Segment], masks: list[torch.Tensor]) -> torch.Tensor:
     """One decoder layer over every segment's computed tokens x [M, hidden] (fp32; segment by
@@ -268,12 +262,12 @@ def _prompt_segments(prompt_ids: Sequence[Sequence[int]], shared: int, pad: int,
 
     if not shared:
         ids, columns, positions = left_pad(prompt_ids, pad, device)
-        return [Segment(ids, columns, positions, parent=None, tokens=_real_tokens(columns))]
+        return [Segment(ids, columns, positions, parent=None, tokens=real_tokens(columns))]
     prefix = torch.tensor([list(prompt_ids[0][:shared])], dtype=torch.long, device=device)
     ids, columns, positions = remainder_inputs(prompt_ids, shared, pad, device)
     return [Segment(prefix, torch.ones_like(prefix), torch.arange(shared, device=device)[None], parent=None, tokens=None),
             Segment(ids, columns, positions, parent=torch.zeros(len(prompt_ids), dtype=torch.long, device=device),
-                    tokens=_real_tokens(columns[:, shared:]))]
+                    tokens=real_tokens(columns[:, shared:]))]
 
 
 def lean_logprobs(model: nn.Module, prompt_ids: Sequence[Sequence[int]], targets: torch.Tensor, mask: torch.Tensor,

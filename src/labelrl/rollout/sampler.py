@@ -146,24 +146,6 @@ def warp_logits(logits: torch.Tensor, *, temperature: float, top_k: int, top_p: 
     return scores
 
 
-def choose_tokens(
-    logits: torch.Tensor, *, temperature: float, top_k: int, top_p: float,
-    generator: torch.Generator | None = None, uniforms: torch.Tensor | None = None,
-) -> torch.Tensor:
-    """Next token per row [N] from raw logits [N, V]: argmax at temperature 0, else a draw.
-
-    The draw inverts each row's cumulative distribution at one uniform number u ∈ [0, 1):
-    the token is the first whose cumulative probability exceeds u (an exact draw from
-    softmax(scores); tokens that top-k/top-p removed have probability 0 and are never
-    chosen). ``uniforms`` [N] (float64, see ``row_uniforms``) when given, else fresh ones
-    from ``generator``, drawn on the CPU so one seed gives the same tokens on every device.
-    One random number per row: the Gumbel-max draw used before needed V exponentials per
-    row, 6 ms of a ~40 ms decode step at 8 rows × 49k tokens on this CPU.
-    """
-    return draw_tokens(logits, temperature=temperature, top_k=top_k, top_p=top_p, generator=generator,
-                       uniforms=uniforms)[0]
-
-
 # The draw finds the block of the vocabulary the uniform falls in from the blocks' totals, then
 # the token within it: a running sum over one block instead of the whole vocabulary (which, in
 # float64 over 49k tokens at 8 rows, cost more than a millisecond of each decode step on 2 cores).
@@ -174,11 +156,20 @@ def draw_tokens(
     logits: torch.Tensor, *, temperature: float, top_k: int, top_p: float,
     generator: torch.Generator | None = None, uniforms: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """``choose_tokens``'s tokens [N] and their log-probs [N] under the temperature-1 policy
-    softmax(logits) (fp32), read from the draw's own softmax when it is that policy's."""
+    """Next token per row [N] from raw logits [N, V], and its log-prob [N] under the
+    temperature-1 policy softmax(logits) (fp32): argmax at temperature 0, else a draw.
+
+    The draw inverts each row's cumulative distribution at one uniform number u ∈ [0, 1):
+    the token is the first whose cumulative probability exceeds u (an exact draw from
+    softmax(scores); tokens that top-k/top-p removed have probability 0 and are never
+    chosen). ``uniforms`` [N] (float64, see ``row_uniforms``) when given, else fresh ones
+    from ``generator``, drawn on the CPU so one seed gives the same tokens on every device.
+    One random number per row: the Gumbel-max draw used before needed V exponentials per
+    row, 6 ms of a ~40 ms decode step at 8 rows × 49k tokens on this CPU. The log-prob is
+    read from the draw's own softmax when the draw is the temperature-1 policy's."""
     if temperature == 0:
         tokens = logits.argmax(dim=-1)
-        return tokens, token_logprobs(logits, tokens)
+        return tokens, logprobs_of_tokens(logits, tokens)
     plain = temperature == 1 and not 0 < top_k < logits.shape[-1] and top_p >= 1.0  # warp_logits would keep every score
     scores = logits.float() if plain else warp_logits(logits, temperature=temperature, top_k=top_k, top_p=top_p)
     if uniforms is None:
@@ -187,10 +178,10 @@ def draw_tokens(
     tokens = inverse_cdf(probs, uniforms.to(probs.device))
     if plain:  # log p of a drawn token: it holds at least ~1e-16 of the mass, far from fp32's underflow
         return tokens, probs.gather(-1, tokens[:, None]).squeeze(-1).log()
-    return tokens, token_logprobs(logits, tokens)
+    return tokens, logprobs_of_tokens(logits, tokens)
 
 
-def token_logprobs(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+def logprobs_of_tokens(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
     """log softmax(logits)[token] per row, fp32."""
     logits = logits.float()
     return logits.gather(-1, tokens[:, None]).squeeze(-1) - torch.logsumexp(logits, dim=-1)
