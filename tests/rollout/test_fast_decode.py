@@ -59,6 +59,16 @@ def model():
     return tiny_llama()
 
 
+@pytest.fixture(params=["shared", "per-row"])
+def prompt_layout(request, monkeypatch):
+    """The decoder's cache both ways: a prompt's keys held once for its G rows, or once per row
+    (``SHARE_PROMPT_UP_TO`` decides per call; these prompts are short enough that it would not share)."""
+    import labelrl.rollout.fast_decode as fast_decode
+
+    monkeypatch.setattr(fast_decode, "SHARE_PROMPT_UP_TO", 10**9 if request.param == "shared" else 0)
+    return request.param
+
+
 @pytest.fixture(scope="module", params=FAMILIES)
 def family(request):
     """A built-in model of another family (Llama is ``model``)."""
@@ -86,14 +96,31 @@ def step_logits(model, prompts, group_size: int, tokens_per_step, keep_per_step,
 
 
 @pytest.mark.numerics
-def test_step_logits_match_hf_stepper_and_unpadded_forward(model):
+def test_step_logits_match_hf_stepper_and_unpadded_forward(model, prompt_layout):
     assert_step_logits_match(model)
 
 
 @pytest.mark.numerics
-def test_family_step_logits_match_hf_stepper_and_unpadded_forward(family):
+def test_family_step_logits_match_hf_stepper_and_unpadded_forward(family, prompt_layout):
     assert unsupported_reason(family) is None
     assert_step_logits_match(family)
+
+
+def test_a_prompts_rows_share_its_keys_while_their_completions_are_short(model):
+    # P = 7 columns, G = 3: shared while 3 · max_new_tokens ≤ 2 · 7 (SHARE_PROMPT_UP_TO)
+    def cache_groups(max_new_tokens: int):
+        with torch.inference_mode():
+            return _prefill(model, PROMPTS, 3, 0, fuse_llama(model), max_new_tokens)[1]
+
+    shared, per_row = cache_groups(4), cache_groups(5)
+    assert [tuple(k.shape) for k in shared.keys] == [(3, 2, 7 + 3 * 4, 16)] * 2  # one copy per prompt
+    assert [tuple(k.shape) for k in per_row.keys] == [(9, 2, 7 + 5, 16)] * 2  # one per row
+    shared.select(torch.tensor([0, 1, 2, 6, 7, 8]))  # prompt 1's rows all finished: its group leaves
+    assert shared.keys[0].shape[0] == 2 and shared.slots.tolist() == [0, 1, 2, 3, 4, 5]
+    shared.select(torch.tensor([1, 2, 3, 5]))  # a row of each group: both stay, the rows' slots kept
+    assert shared.keys[0].shape[0] == 2 and shared.slots.tolist() == [1, 2, 3, 5]
+    per_row.select(torch.tensor([0, 4, 8]))
+    assert per_row.keys[0].shape[0] == 3 and per_row.slots.tolist() == [0, 1, 2]
 
 
 def assert_step_logits_match(model, prompts=PROMPTS):
@@ -171,12 +198,12 @@ def test_a_sliding_window_model_prefills_its_prompts_whole(monkeypatch):
 
 
 @pytest.mark.numerics
-def test_greedy_equals_hf_path_and_generate_with_rows_ending_apart(model):
+def test_greedy_equals_hf_path_and_generate_with_rows_ending_apart(model, prompt_layout):
     assert_greedy_equals_generate(model)
 
 
 @pytest.mark.numerics
-def test_family_greedy_equals_hf_path_and_generate_with_rows_ending_apart(family):
+def test_family_greedy_equals_hf_path_and_generate_with_rows_ending_apart(family, prompt_layout):
     assert_greedy_equals_generate(family)
 
 
@@ -204,7 +231,7 @@ def assert_greedy_equals_generate(model):
     dict(prompt_seeds=[1, 2, 3], temperature=1.0),
 ])
 @pytest.mark.numerics
-def test_sampled_completions_equal_hf_path_for_the_same_seed(model, options):
+def test_sampled_completions_equal_hf_path_for_the_same_seed(model, prompt_layout, options):
     # The same logits (to float rounding) and the same uniform draws give the same tokens; on
     # these models no rounding difference is close enough to flip a draw.
     assert_same_samples_as_hf_path(model, options)
@@ -213,7 +240,7 @@ def test_sampled_completions_equal_hf_path_for_the_same_seed(model, options):
 # top-k, not top-p: over a near-flat 49k-token distribution the nucleus boundary is a float-rounding tie
 @pytest.mark.numerics
 @pytest.mark.parametrize("options", [dict(seed=11, temperature=1.0), dict(prompt_seeds=[1, 2, 3], temperature=0.7, top_k=20)])
-def test_family_sampled_completions_equal_hf_path_for_the_same_seed(family, options):
+def test_family_sampled_completions_equal_hf_path_for_the_same_seed(family, prompt_layout, options):
     assert_same_samples_as_hf_path(family, options)
 
 
