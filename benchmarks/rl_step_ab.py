@@ -1,7 +1,7 @@
 """One change to the RL step, measured with both arms in one process, alternating step by step.
 
     .venv/bin/python benchmarks/rl_step_ab.py --compare adapter-update|training-pass|prefill|padding|vocabulary|
-        draw|optimizer|kept-groups|small|all
+        draw|optimizer|kept-groups|small|shared-prompt|all
         [--prompts 2] [--json OUT] [--runs 6] [--precision bf16|fp32] [--threads N]
 
 The step is ``benchmarks/rl_step.py``'s at G = 4 without the skip rule (every group trains):
@@ -25,6 +25,8 @@ change and the other runs the default:
 - ``kept-groups``: the lean pass's fused base concatenated per pass against kept joined
   (``precision.low_precision_group``);
 - ``small``: the last three undone together against the default;
+- ``shared-prompt``: the decoder's cache with the prompt's keys and values copied to each of its
+  G rows against one copy per prompt read once for them (``fast_decode.FastLlamaDecoder``);
 - ``all``: the module pass with prompts prefilled whole against the default (``training-pass``
   and ``prefill`` together).
 
@@ -209,6 +211,20 @@ def _no_run(factory):
 
 
 @contextlib.contextmanager
+def prompt_copied_per_row():
+    """The decoder's cache with a copy of the prompt's keys and values per row (as before
+    ``fast_decode.SHARE_PROMPT_UP_TO``), not one per prompt."""
+    import labelrl.rollout.fast_decode as fast_decode
+
+    kept = fast_decode.SHARE_PROMPT_UP_TO
+    fast_decode.SHARE_PROMPT_UP_TO = 0
+    try:
+        yield
+    finally:
+        fast_decode.SHARE_PROMPT_UP_TO = kept
+
+
+@contextlib.contextmanager
 def before_both():
     with module_pass(), prompts_prefilled_whole():
         yield
@@ -227,6 +243,8 @@ COMPARISONS = {
     "optimizer": (("per-tensor AdamW", per_tensor_adamw), ("fused AdamW (default)", _no_run(contextlib.nullcontext))),
     "kept-groups": (("concatenated per pass", _no_run(groups_concatenated_per_pass)),
                     ("kept joined (default)", _no_run(contextlib.nullcontext))),
+    "shared-prompt": (("prompt copied per row", _no_run(prompt_copied_per_row)),
+                      ("one copy per prompt (default)", _no_run(contextlib.nullcontext))),
     "small": (("draw, AdamW, groups as before", before_small), ("default", _no_run(contextlib.nullcontext))),
     "all": (("module pass, prompts whole", _no_run(before_both)), ("default", _no_run(contextlib.nullcontext))),
 }

@@ -107,14 +107,14 @@ def test_family_step_logits_match_hf_stepper_and_unpadded_forward(family, prompt
 
 
 def test_a_prompts_rows_share_its_keys_while_their_completions_are_short(model):
-    # P = 7 columns, G = 3: shared while 3 · max_new_tokens ≤ 2 · 7 (SHARE_PROMPT_UP_TO)
+    # P = 7 columns, G = 3: shared while 3 · max_new_tokens ≤ 3 · 7 (SHARE_PROMPT_UP_TO)
     def cache_groups(max_new_tokens: int):
         with torch.inference_mode():
             return _prefill(model, PROMPTS, 3, 0, fuse_llama(model), max_new_tokens)[1]
 
-    shared, per_row = cache_groups(4), cache_groups(5)
-    assert [tuple(k.shape) for k in shared.keys] == [(3, 2, 7 + 3 * 4, 16)] * 2  # one copy per prompt
-    assert [tuple(k.shape) for k in per_row.keys] == [(9, 2, 7 + 5, 16)] * 2  # one per row
+    shared, per_row = cache_groups(7), cache_groups(8)
+    assert [tuple(k.shape) for k in shared.keys] == [(3, 2, 7 + 3 * 7, 16)] * 2  # one copy per prompt
+    assert [tuple(k.shape) for k in per_row.keys] == [(9, 2, 7 + 8, 16)] * 2  # one per row
     shared.select(torch.tensor([0, 1, 2, 6, 7, 8]))  # prompt 1's rows all finished: its group leaves
     assert shared.keys[0].shape[0] == 2 and shared.slots.tolist() == [0, 1, 2, 3, 4, 5]
     shared.select(torch.tensor([1, 2, 3, 5]))  # a row of each group: both stay, the rows' slots kept

@@ -348,12 +348,12 @@ def fast_prefill(weights: LlamaWeights, input_ids: torch.Tensor, attention_mask:
 # A prompt's G rows share one copy of its keys and values (``FastLlamaDecoder``) while their
 # completion columns stay within a small multiple of the prompt's: each query then also scores its
 # group's other rows' completion columns (masked), G times the completion part's work, against
-# reading the prompt's columns once per step instead of G times. SDPA alone at SmolLM2's decode
-# shapes (2 prompts of 136 columns, 30 layers' caches cycled, AMD EPYC, 2 threads), per-row
-# copies → shared, µs per call: G = 4: 152 → 83 at 16 completion columns per row, 199 → 138 at 64,
-# 166 → 196 at 128; G = 8: 304 → 148 at 16, 305 → 325 at 64. Over a call the completion part
-# averages half its final size, so sharing pays while G · max_new_tokens ≤ 2 · P.
-SHARE_PROMPT_UP_TO = 2
+# reading the prompt's columns once per step instead of G times. Whole sampling calls of SmolLM2
+# (prefill and 31 steps, 2 prompts, one process alternating, AMD EPYC, 2 threads), a copy per
+# row → shared, by G · 32 / P: G = 4, P = 136 (0.9): 1,630 → 1,473 ms; G = 8, P = 136 (1.9):
+# 2,218 → 2,029; G = 8, P = 104 (2.5): 1,973 → 1,836; G = 4, P = 40 (3.2): 1,196 → 1,157;
+# G = 8, P = 70 (3.7): 1,883 → 1,878. Sharing pays up to about G · max_new_tokens = 3.5 · P.
+SHARE_PROMPT_UP_TO = 3
 
 
 class FastLlamaDecoder:
