@@ -178,14 +178,15 @@ def test_prompts_sharing_a_prefix_prefill_it_once_with_the_same_step_logits(name
 @pytest.mark.parametrize("prompts, computed", [(PROMPTS, 7 + 3 + 5), (PREFIXED, 21 + (6 + 2 + 4))])
 def test_the_prefill_computes_each_prompts_real_tokens_only(model, prompts, computed):
     # left padding widens the batch to the longest prompt (3 × 7 and 21 + 3 × 6 slots); the
-    # projections see the real tokens alone (the shared prefix once), attention the padded layout
+    # projections see the real tokens alone (the shared prefix once), attention the padded layout,
+    # and a layer's projection runs once over the prefix and the prompts' tokens together
     seen = []
     with torch.inference_mode():
         weights = fuse_llama(model)
         qkv = weights.layers[0].qkv
         weights.layers[0].qkv = lambda x, exact=None: seen.append(x.shape[0]) or qkv(x, exact)
         _prefill(model, prompts, 3, 0, weights, 4)
-    assert sum(seen) == computed
+    assert seen == [computed]
 
 
 def test_a_sliding_window_model_prefills_its_prompts_whole(monkeypatch):

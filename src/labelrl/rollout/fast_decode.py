@@ -275,46 +275,60 @@ def real_tokens(columns: torch.Tensor) -> torch.Tensor | None:
 
 
 def _prefill_layers(w: LlamaWeights, input_ids: torch.Tensor, columns: torch.Tensor, position_ids: torch.Tensor,
-                    past: list | None) -> tuple[torch.Tensor, list]:
-    """Every layer over ``input_ids`` [n, L] after the cached ``past`` (per layer (keys,
-    values) [n or 1, KV, C, D], fp32; None: nothing before), ``columns`` [n, C + L] marking the
-    real tokens of cache and input (``attention_masks``). Returns the residual stream after the
-    last layer at the real tokens of ``input_ids`` [M, hidden], row by row in column order, and
-    each layer's keys and values over all C + L columns.
+                    prefix: torch.Tensor | None = None) -> tuple[torch.Tensor, list]:
+    """Every layer over ``input_ids`` [n, L], after ``prefix`` [1, S] when given (tokens every
+    row starts with, run once: its columns are the first S of ``columns``), ``columns``
+    [n, S + L] marking the real tokens of prefix and input (``attention_masks``). Returns the
+    residual stream after the last layer at the real tokens of ``input_ids`` [M, hidden], row
+    by row in column order, and each layer's keys and values over all S + L columns.
 
-    Norms, projections and the MLP run on the real tokens only (a left-padded prompt's padding is
-    never computed); attention runs on the [n, L] layout, its padding slots zero and hidden by
-    the mask (a padding query sees itself only, and its output is not read)."""
+    Norms, projections and the MLP run once per layer over the prefix and every row's real
+    tokens together (a left-padded prompt's padding is never computed); attention runs on the
+    prefix causally, then on the [n, L] layout after the prefix's keys, its padding slots zero
+    and hidden by the mask (a padding query sees itself only, and its output is not read)."""
     n, length = input_ids.shape
     h_q, h_kv, d = w.n_heads, w.n_kv_heads, w.head_dim
+    shared = 0 if prefix is None else prefix.shape[1]
     real = real_tokens(columns[:, -length:])
     pick = (lambda t: t) if real is None else (lambda t: t.index_select(0, real))
     like = torch.empty(0, dtype=torch.float32, device=input_ids.device)
     flat_positions = pick(position_ids.reshape(-1))
-    tables = {key: (cos[flat_positions][:, None], sin[flat_positions][:, None])  # [M, 1, D]
+    ids = pick(input_ids.reshape(-1))
+    if shared:
+        flat_positions = torch.cat([torch.arange(shared, device=input_ids.device), flat_positions])
+        ids = torch.cat([prefix[0], ids])
+    tables = {key: (cos[flat_positions][:, None], sin[flat_positions][:, None])  # [S + M, 1, D]
               for key, (cos, sin) in _tables(w, int(position_ids.max()) + 1, like).items()}
     masks = attention_masks(columns, length, {layer.sliding_window for layer in w.layers})
-    x = _embed(w, pick(input_ids.reshape(-1)))  # the fp32 residual stream [M, hidden]
+    x = _embed(w, ids)  # the fp32 residual stream [S + M, hidden]
     layer_kv = []
-    for i, layer in enumerate(w.layers):
+    for layer in w.layers:
         h = _norm(x, layer.input_norm, w.eps)
         qkv = layer.qkv(h.to(w.dtype), h).view(-1, h_q + 2 * h_kv, d)
         heads = torch.cat([_rope_qk(w, layer, qkv[:, : h_q + h_kv], *tables[layer.rope_key]), qkv[:, h_q + h_kv:].float()],
-                          dim=1)  # [M, H + 2·KV, D], fp32: q and k rotated, v
+                          dim=1)  # [S + M, H + 2·KV, D], fp32: q and k rotated, v
+        outputs = []
+        if shared:  # the prefix, causally, once
+            first = heads[:shared].transpose(0, 1)[None]  # [1, H + 2·KV, S, D]
+            past = first[:, h_q : h_q + h_kv], first[:, h_q + h_kv:]
+            attn = F.scaled_dot_product_attention(first[:, :h_q], *past, is_causal=True, scale=_scale(w), enable_gqa=True)
+            outputs.append(attn[0].transpose(0, 1).reshape(shared, h_q * d))
+            heads = heads[shared:]
         if real is not None:
             heads = heads.new_zeros((n * length, *heads.shape[1:])).index_copy_(0, real, heads)
         heads = heads.view(n, length, h_q + 2 * h_kv, d).transpose(1, 2)  # [n, H + 2·KV, L, D]
         keys, values = heads[:, h_q : h_q + h_kv], heads[:, h_q + h_kv:]
-        if past is not None:
-            keys = torch.cat([past[i][0].expand(n, -1, -1, -1), keys], dim=2)
-            values = torch.cat([past[i][1].expand(n, -1, -1, -1), values], dim=2)
+        if shared:
+            keys = torch.cat([past[0].expand(n, -1, -1, -1), keys], dim=2)
+            values = torch.cat([past[1].expand(n, -1, -1, -1), values], dim=2)
         attn = F.scaled_dot_product_attention(heads[:, :h_q], keys, values,
                                               attn_mask=masks[layer.sliding_window][:, None], scale=_scale(w),
                                               enable_gqa=True)
-        x = _attention_residual(w, layer, x, pick(attn.transpose(1, 2).reshape(n * length, h_q * d)))
+        outputs.append(pick(attn.transpose(1, 2).reshape(n * length, h_q * d)))
+        x = _attention_residual(w, layer, x, torch.cat(outputs) if shared else outputs[0])
         x = _mlp_residual(w, layer, x)
         layer_kv.append((keys, values))
-    return x, layer_kv
+    return x[shared:], layer_kv
 
 
 def fast_prefill(weights: LlamaWeights, input_ids: torch.Tensor, attention_mask: torch.Tensor,
@@ -333,12 +347,9 @@ def fast_prefill(weights: LlamaWeights, input_ids: torch.Tensor, attention_mask:
     from S). Not for sliding-window layers, which count their window in columns.
     """
     with torch.autocast(device_type=input_ids.device.type, enabled=False):
-        past = None
         if prefix is not None:
             assert not any(layer.sliding_window for layer in weights.layers), "a sliding window counts columns"
-            _, past = _prefill_layers(weights, prefix, torch.ones_like(prefix),
-                                      torch.arange(prefix.shape[1], device=prefix.device)[None], None)
-        x, layer_kv = _prefill_layers(weights, input_ids, attention_mask, position_ids, past)
+        x, layer_kv = _prefill_layers(weights, input_ids, attention_mask, position_ids, prefix)
         last = attention_mask[:, -input_ids.shape[1]:].sum(dim=1).cumsum(dim=0) - 1  # each prompt's last token, always real
         logits = _logits(weights, x.index_select(0, last)).repeat_interleave(group_size, dim=0)
     return logits, FastLlamaDecoder(weights, layer_kv, attention_mask, position_ids[:, -1:] + 1, group_size,
