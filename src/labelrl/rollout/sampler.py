@@ -1,8 +1,9 @@
 """The shared-prompt KV-cache sampler: G completions for each of B prompts.
 
 Each prompt is run through the model once (the B prompts batched with left padding), its
-key/value cache is then repeated G times along the batch dimension, and all B*G samples
-decode together, one token per step. Compared with ``model.generate(num_return_sequences=G)``,
+key/value cache then serves its G samples (repeated G times along the batch dimension, or, in
+the fast decoder while the completions are short next to the prompt, held once and read once
+for the G rows), and all B*G samples decode together, one token per step. Compared with ``model.generate(num_return_sequences=G)``,
 which copies every prompt G times before the first forward pass, the prefill costs B prompt
 passes instead of B*G. For the Llama, Qwen2, Qwen3 and Gemma 3 models
 ``labelrl.rollout.fast_decode`` supports (``fast=True``, the default) the prefill and the decode
@@ -287,12 +288,13 @@ def sample_groups(
 ) -> RolloutBatch:
     """Sample ``group_size`` completions for each prompt, sharing each prompt's KV cache.
 
-    The B prompts are prefilled once, left-padded in one batch; the cache is repeated G
-    times (``repeat_interleave`` on the batch dimension) and the B*G samples decode
-    together. A sample stops at any of ``eos_token_ids`` (kept in its completion) or after
-    ``max_new_tokens`` (then ``truncated``). A finished sample is dropped from the decoding
-    batch, cache rows included, which is what padding it would do, without the compute;
-    decoding stops once every sample has finished.
+    The B prompts are prefilled once, left-padded in one batch; the cache serves each
+    prompt's G rows (repeated G times on the batch dimension, or held once for them:
+    ``fast_decode.FastLlamaDecoder``) and the B*G samples decode together. A sample stops at
+    any of ``eos_token_ids`` (kept in its completion) or after ``max_new_tokens`` (then
+    ``truncated``). A finished sample is dropped from the decoding batch (its cache rows with
+    it, or, in a prompt's shared cache, once its whole group has finished), which is what
+    padding it would do, without the compute; decoding stops once every sample has finished.
 
     Sampling: ``temperature`` 0 is greedy (argmax, the same tokens as
     ``model.generate(do_sample=False)``); otherwise temperature, top-k (0: off) and top-p
