@@ -62,7 +62,7 @@ def model():
 @pytest.fixture(params=["shared", "per-row"])
 def prompt_layout(request, monkeypatch):
     """The decoder's cache both ways: a prompt's keys held once for its G rows, or once per row
-    (``SHARE_PROMPT_UP_TO`` decides per call; these prompts are short enough that it would not share)."""
+    (by default ``SHARE_PROMPT_UP_TO`` decides per call from the prompts' and completions' lengths)."""
     import labelrl.rollout.fast_decode as fast_decode
 
     monkeypatch.setattr(fast_decode, "SHARE_PROMPT_UP_TO", 10**9 if request.param == "shared" else 0)
