@@ -3,9 +3,9 @@
 Each prompt is run through the model once (the B prompts batched with left padding), its
 key/value cache then serves its G samples (repeated G times along the batch dimension, or, in
 the fast decoder while the completions are short next to the prompt, held once and read once
-for the G rows), and all B*G samples decode together, one token per step. Compared with ``model.generate(num_return_sequences=G)``,
-which copies every prompt G times before the first forward pass, the prefill costs B prompt
-passes instead of B*G. For the Llama, Qwen2, Qwen3 and Gemma 3 models
+for the G rows), and all B*G samples decode together, one token per step. Compared with
+``model.generate(num_return_sequences=G)``, which copies every prompt G times before the first
+forward pass, the prefill costs B prompt passes instead of B*G. For the Llama, Qwen2, Qwen3 and Gemma 3 models
 ``labelrl.rollout.fast_decode`` supports (``fast=True``, the default) the prefill and the decode
 steps run on its packed weights, and the tokens every prompt starts with (chat template and
 system message) are prefilled once (``labelrl.rollout.prefix``'s layout; not on sliding-window
