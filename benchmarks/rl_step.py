@@ -30,9 +30,15 @@ with ``bf16=False``), ``trl_faster`` (the TRL row with more steps/s on this mach
 ``ratio_bf16_vs_trl_bf16``.
 
 Each row runs in its own subprocess (the script re-invokes itself with ``--only``) so that
-peak resident memory is that framework's alone. Rows of one G run one after the other;
-the machine is shared and noisy, so compare ratios within one invocation, not absolute
-figures across runs.
+peak resident memory is that framework's alone. The rows of one G take turns step by step
+(``run_paired``): each process loads and runs its warm-up step, then waits; step k of every row
+runs before step k + 1 of any, one process at a time, the order rotated each round. A shared
+machine's speed drifts over the minutes a row takes, and the turns spread that drift over
+every row instead of charging it to whichever ran then. The rows ``ratio_vs_trl`` compares
+(labelrl's default precision without skip, and both TRL rows) take turns with each other; the
+other two labelrl rows then take theirs. ``ratio_vs_trl_by_round`` lists the ratio of each
+round's back-to-back pair. Compare ratios within one invocation, not absolute figures across
+runs.
 
 Model FLOP/s = (2 × P × generated tokens + 4 × P × trained tokens) / step seconds, P the
 base model's parameters: a forward pass costs about 2 FLOPs per weight per token, the
@@ -76,6 +82,7 @@ VARIANTS = ("labelrl", "labelrl_fp32", "labelrl_bf16", "trl_fp32", "trl_bf16")
 LABELS = {"labelrl": "labelrl (default, skip)", "labelrl_fp32": "labelrl fp32", "labelrl_bf16": "labelrl bf16",
           "trl_fp32": "trl fp32 (bf16=False)", "trl_bf16": "trl bf16 (bf16=True)"}
 RESULT_MARK = "RL_STEP_RESULT "
+READY_MARK = "RL_STEP_READY"  # a --paired child is between steps, waiting for its go on stdin
 
 
 def rl_config(group_size: int, steps: int, out: Path, skip: bool, precision: str = "auto",
@@ -96,8 +103,9 @@ def base_params(model) -> int:
     return sum(p.numel() for n, p in model.named_parameters() if "lora_" not in n)
 
 
-def run_labelrl(group_size: int, steps: int, skip: bool, out: Path, precision: str) -> dict:
-    """One warm-up and ``steps`` timed calls of ``labelrl.train.rl.rl_step``."""
+def run_labelrl(group_size: int, steps: int, skip: bool, out: Path, precision: str, gate=None) -> dict:
+    """One warm-up and ``steps`` timed calls of ``labelrl.train.rl.rl_step``; ``gate()``, when
+    given, is called before each timed step and returns when the step may start."""
     from labelrl import metrics_keys as K
     from labelrl.models.precision import precision_name
     from labelrl.train.rl import rl_step, start_run
@@ -107,6 +115,8 @@ def run_labelrl(group_size: int, steps: int, skip: bool, out: Path, precision: s
     n_params = base_params(run.model)
     seconds, generated, trained, skipped, rewards, sample_s, update_s = [], [], [], [], [], [], []
     for index in range(1 + steps):
+        if index and gate is not None:
+            gate()
         started = time.perf_counter()
         record = rl_step(run)
         elapsed = time.perf_counter() - started
@@ -152,8 +162,12 @@ def trl_dataset_and_reward(group_size: int, steps: int, out: Path):
     return model, tokenizer, dataset, reward
 
 
-def run_trl(group_size: int, steps: int, out: Path, bf16: bool) -> dict:
-    """``GRPOTrainer.train()`` for ``1 + steps`` steps; step times from a callback."""
+def run_trl(group_size: int, steps: int, out: Path, bf16: bool, gate=None) -> dict:
+    """``GRPOTrainer.train()`` for ``1 + steps`` steps; step times from a callback: from the
+    previous ``on_step_end`` (the first: ``on_train_begin``) to the step's own, so a step holds
+    its batch fetch, generation, grading, loss, backward, optimizer step and the previous step's
+    logging. ``gate()``, when given, is called at the end of each step but the last, and the
+    next step's time starts when it returns."""
     from peft import LoraConfig
     from transformers import TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
@@ -170,14 +184,19 @@ def run_trl(group_size: int, steps: int, out: Path, bf16: bool) -> dict:
 
     counting_reward.__name__ = reward.__name__
     prompt_tokens = [len(tokenizer(t, add_special_tokens=False)["input_ids"]) for t in dataset["prompt"]]
-    marks: list[float] = []
+    begins: list[float] = []
+    ends: list[float] = []
 
     class StepTimes(TrainerCallback):
         def on_train_begin(self, args, state, control, **kwargs):
-            marks.append(time.perf_counter())
+            begins.append(time.perf_counter())
 
         def on_step_end(self, args, state, control, **kwargs):
-            marks.append(time.perf_counter())
+            ends.append(time.perf_counter())
+            if state.global_step < args.max_steps:
+                if gate is not None:
+                    gate()
+                begins.append(time.perf_counter())
 
     args = GRPOConfig(
         output_dir=str(out / "trl"), per_device_train_batch_size=PROMPTS_PER_STEP * group_size,
@@ -190,7 +209,7 @@ def run_trl(group_size: int, steps: int, out: Path, bf16: bool) -> dict:
     trainer = GRPOTrainer(model=model, reward_funcs=[counting_reward], args=args, train_dataset=dataset,
                           processing_class=tokenizer, peft_config=lora, callbacks=[StepTimes()])
     trainer.train()
-    step_seconds = [b - a for a, b in zip(marks, marks[1:])][1:]
+    step_seconds = [end - begin for begin, end in zip(begins, ends)][1:]
     generated = [sum(step) for step in lengths][1:]
     mean_prompt = statistics.mean(prompt_tokens)
     # TRL's training pass forwards every sequence, prompt included, G times per prompt.
@@ -207,27 +226,85 @@ def run_only(args) -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     group_size = args.group_sizes[0]
+    gate = None
+    if args.paired:
+        def gate():  # tell the parent this process is between steps, and wait for its go
+            print(READY_MARK, flush=True)
+            if not sys.stdin.readline():
+                raise SystemExit("the parent process closed its pipe before the last step")
     with tempfile.TemporaryDirectory(prefix="rl_step_") as tmp:
         out = Path(tmp)
         if args.only.startswith("trl"):
-            result = run_trl(group_size, args.steps, out, bf16=args.only == "trl_bf16")
+            result = run_trl(group_size, args.steps, out, bf16=args.only == "trl_bf16", gate=gate)
         else:
             precision = {"labelrl": "auto", "labelrl_fp32": "fp32", "labelrl_bf16": "bf16"}[args.only]
-            result = run_labelrl(group_size, args.steps, args.only == "labelrl", out / "run", precision)
+            result = run_labelrl(group_size, args.steps, args.only == "labelrl", out / "run", precision, gate=gate)
     result.update(variant=args.only, group_size=group_size, torch_threads=torch.get_num_threads())
     print(RESULT_MARK + json.dumps(result), flush=True)
 
 
-def child(variant: str, group_size: int, args) -> dict:
-    command = [sys.executable, __file__, "--only", variant, "--steps", str(args.steps), "--group-sizes", str(group_size)]
-    if args.threads:
-        command += ["--threads", str(args.threads)]
-    done = subprocess.run(command, capture_output=True, text=True)
-    lines = [ln for ln in done.stdout.splitlines() if ln.startswith(RESULT_MARK)]
-    if done.returncode != 0 or not lines:
-        sys.stderr.write(done.stderr[-4000:])
-        raise RuntimeError(f"{variant} at G={group_size} failed (exit {done.returncode}); its stderr is above")
-    return json.loads(lines[-1][len(RESULT_MARK):])
+class Child:
+    """One variant's process, started with ``--paired``: it loads, runs its warm-up step, then
+    runs each timed step when told to."""
+
+    def __init__(self, variant: str, group_size: int, args):
+        command = [sys.executable, __file__, "--only", variant, "--steps", str(args.steps),
+                   "--group-sizes", str(group_size), "--paired"]
+        if args.threads:
+            command += ["--threads", str(args.threads)]
+        self.variant, self.group_size = variant, group_size
+        self.stderr = tempfile.TemporaryFile(mode="w+")  # a file, not a pipe: a full pipe would stall the child
+        self.process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr,
+                                        text=True)
+
+    def wait_for(self, *marks: str) -> str:
+        """The child's next stdout line that starts with one of ``marks`` (others are skipped)."""
+        for line in self.process.stdout:
+            if line.startswith(marks):
+                return line
+        self.process.wait()
+        self.stderr.seek(0)
+        sys.stderr.write(self.stderr.read()[-4000:])
+        raise RuntimeError(f"{self.variant} at G={self.group_size} failed (exit {self.process.returncode}); "
+                           "its stderr is above")
+
+    def step(self, last: bool) -> str:
+        """Runs one timed step; returns when it is done (the last: with the result line)."""
+        self.process.stdin.write("go\n")
+        self.process.stdin.flush()
+        return self.wait_for(RESULT_MARK if last else READY_MARK)
+
+    def close(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+        self.stderr.close()
+
+
+def run_paired(variants: list[str], group_size: int, args) -> dict[str, dict]:
+    """Each variant's raw figures, their timed steps taken in turns: step k of every variant runs
+    before step k + 1 of any, one process at a time (the others wait between steps), the order
+    rotated each round. A change in the machine's speed then reaches every variant alike instead
+    of whichever one was running. The processes start one after another, each waiting after its
+    warm-up, so no two warm-ups overlap."""
+    children = []
+    try:
+        for variant in variants:
+            children.append(Child(variant, group_size, args))
+            children[-1].wait_for(READY_MARK)
+        results = {}
+        for step in range(args.steps):
+            shift = step % len(children)
+            for child in children[shift:] + children[:shift]:
+                line = child.step(last=step == args.steps - 1)
+                if line.startswith(RESULT_MARK):
+                    results[child.variant] = json.loads(line[len(RESULT_MARK):])
+        for child in children:
+            child.process.wait()
+        return results
+    finally:
+        for child in children:
+            child.close()
 
 
 def summarise(raw: dict) -> dict:
@@ -251,8 +328,17 @@ def summarise(raw: dict) -> dict:
 
 
 def measure_group(group_size: int, args) -> dict:
-    rows = {variant: summarise(child(variant, group_size, args)) for variant in VARIANTS}
-    default = "labelrl_" + rows["labelrl"]["precision"]  # the no-skip row at the default precision
+    from labelrl.models.precision import precision_name, resolve_dtype
+
+    # ratio_vs_trl's rows take turns with each other, three processes at a time (at G = 8 their
+    # peaks add to about 14 GB); the other two labelrl rows then take turns with each other.
+    default = "labelrl_" + precision_name(resolve_dtype("auto"))  # the no-skip row at the default precision
+    first = [default, "trl_fp32", "trl_bf16"]
+    raw = run_paired(first, group_size, args)
+    raw.update(run_paired([variant for variant in VARIANTS if variant not in first], group_size, args))
+    rows = {variant: summarise(raw[variant]) for variant in VARIANTS}
+    if default != "labelrl_" + rows["labelrl"]["precision"]:
+        raise RuntimeError(f"the default trainer ran in {rows['labelrl']['precision']}, not {default[8:]} as resolved here")
     sps = {name: row["steps_per_s"] for name, row in rows.items()}
     faster = max(("trl_fp32", "trl_bf16"), key=lambda name: sps[name])
     return {
@@ -262,6 +348,8 @@ def measure_group(group_size: int, args) -> dict:
         "trl_steps_per_s": sps["trl_fp32"], "trl_bf16_steps_per_s": sps["trl_bf16"],
         # against TRL's faster setting on this machine, whichever precision that is
         "trl_faster": faster, "ratio_vs_trl": sps[default] / sps[faster],
+        # step k of the two rows ran back to back (run_paired): the spread of the ratio within pairs
+        "ratio_vs_trl_by_round": [trl / ours for ours, trl in zip(raw[default]["seconds"], raw[faster]["seconds"])],
         "ratio_vs_trl_fp32": sps[default] / sps["trl_fp32"], "ratio_vs_trl_bf16": sps[default] / sps["trl_bf16"],
         "ratio_fp32_vs_trl": sps["labelrl_fp32"] / sps["trl_fp32"],
         "ratio_bf16_vs_trl_bf16": sps["labelrl_bf16"] / sps["trl_bf16"],
@@ -296,7 +384,8 @@ def render(report: dict) -> None:
                   "time; training pass = 4·P·trained tokens / its own time")
     console.print("ratio_vs_trl: labelrl at its default precision without the skip rule (trains on every group, as TRL "
                   "does) against TRL's faster setting on this machine ("
-                  + ", ".join(f"G={c['group_size']}: {LABELS[c['trl_faster']]}, {c['ratio_vs_trl']:.2f}×" for c in report["results"])
+                  + ", ".join(f"G={c['group_size']}: {LABELS[c['trl_faster']]}, {c['ratio_vs_trl']:.2f}×; step by step "
+                              + "/".join(f"{r:.2f}" for r in c["ratio_vs_trl_by_round"]) for c in report["results"])
                   + "); the 'labelrl (default, skip)' row skips the training pass of uniform groups (all groups here: the "
                   "raw model earns 0).")
     console.print(f"machine: {report['machine']}")
@@ -309,6 +398,7 @@ def main() -> None:
     parser.add_argument("--group-sizes", type=int, nargs="+", default=[4, 8], help="completions per prompt (G)")
     parser.add_argument("--threads", type=int, help="torch CPU threads in every process (default: torch's choice)")
     parser.add_argument("--only", choices=VARIANTS, help=argparse.SUPPRESS)  # child process
+    parser.add_argument("--paired", action="store_true", help=argparse.SUPPRESS)  # child: each timed step on a go
     args = parser.parse_args()
     print(cpu_line(), flush=True)  # the kind of CPU every figure below belongs to
     if args.steps < 1:
