@@ -269,10 +269,20 @@ class Child:
                            "its stderr is above")
 
     def step(self, last: bool) -> str:
-        """Runs one timed step; returns when it is done (the last: with the result line)."""
+        """Runs one timed step; returns when it is done (the last: with the result line, once
+        the process has exited, so that freeing its memory overlaps no other row's step)."""
         self.process.stdin.write("go\n")
         self.process.stdin.flush()
-        return self.wait_for(RESULT_MARK if last else READY_MARK)
+        if not last:
+            return self.wait_for(READY_MARK)
+        line = self.wait_for(RESULT_MARK)
+        self.process.stdin.close()
+        if self.process.wait() != 0:
+            self.stderr.seek(0)
+            sys.stderr.write(self.stderr.read()[-4000:])
+            raise RuntimeError(f"{self.variant} at G={self.group_size} exited with {self.process.returncode} after "
+                               "its result; its stderr is above")
+        return line
 
     def close(self) -> None:
         if self.process.poll() is None:
@@ -299,8 +309,6 @@ def run_paired(variants: list[str], group_size: int, args) -> dict[str, dict]:
                 line = child.step(last=step == args.steps - 1)
                 if line.startswith(RESULT_MARK):
                     results[child.variant] = json.loads(line[len(RESULT_MARK):])
-        for child in children:
-            child.process.wait()
         return results
     finally:
         for child in children:
