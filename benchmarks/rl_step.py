@@ -339,7 +339,7 @@ def measure_group(group_size: int, args) -> dict:
     from labelrl.models.precision import precision_name, resolve_dtype
 
     # ratio_vs_trl's rows take turns with each other, three processes at a time (at G = 8 their
-    # peaks add to about 14 GB); the other two labelrl rows then take turns with each other.
+    # peaks added to 14.9 GB on SmolLM2); the other two labelrl rows then take turns with each other.
     default = "labelrl_" + precision_name(resolve_dtype("auto"))  # the no-skip row at the default precision
     first = [default, "trl_fp32", "trl_bf16"]
     raw = run_paired(first, group_size, args)
