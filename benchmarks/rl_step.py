@@ -263,10 +263,13 @@ class Child:
             if line.startswith(marks):
                 return line
         self.process.wait()
+        self.fail(f"failed (exit {self.process.returncode})")
+
+    def fail(self, what: str) -> None:
+        """Raises, after writing the tail of the child's stderr."""
         self.stderr.seek(0)
         sys.stderr.write(self.stderr.read()[-4000:])
-        raise RuntimeError(f"{self.variant} at G={self.group_size} failed (exit {self.process.returncode}); "
-                           "its stderr is above")
+        raise RuntimeError(f"{self.variant} at G={self.group_size} {what}; its stderr is above")
 
     def step(self, last: bool) -> str:
         """Runs one timed step; returns when it is done (the last: with the result line, once
@@ -278,10 +281,7 @@ class Child:
         line = self.wait_for(RESULT_MARK)
         self.process.stdin.close()
         if self.process.wait() != 0:
-            self.stderr.seek(0)
-            sys.stderr.write(self.stderr.read()[-4000:])
-            raise RuntimeError(f"{self.variant} at G={self.group_size} exited with {self.process.returncode} after "
-                               "its result; its stderr is above")
+            self.fail(f"exited with {self.process.returncode} after its result")
         return line
 
     def close(self) -> None:
@@ -305,9 +305,10 @@ def run_paired(variants: list[str], group_size: int, args) -> dict[str, dict]:
         results = {}
         for step in range(args.steps):
             shift = step % len(children)
+            last = step == args.steps - 1
             for child in children[shift:] + children[:shift]:
-                line = child.step(last=step == args.steps - 1)
-                if line.startswith(RESULT_MARK):
+                line = child.step(last)
+                if last:
                     results[child.variant] = json.loads(line[len(RESULT_MARK):])
         return results
     finally:
