@@ -347,7 +347,7 @@ def measure_group(group_size: int, args) -> dict:
     raw.update(run_paired([variant for variant in VARIANTS if variant not in first], group_size, args))
     rows = {variant: summarise(raw[variant]) for variant in VARIANTS}
     if default != "labelrl_" + rows["labelrl"]["precision"]:
-        raise RuntimeError(f"the default trainer ran in {rows['labelrl']['precision']}, not {default[8:]} as resolved here")
+        raise RuntimeError(f"the default trainer ran in {rows['labelrl']['precision']}, not {default.removeprefix('labelrl_')} as resolved here")
     sps = {name: row["steps_per_s"] for name, row in rows.items()}
     faster = max(("trl_fp32", "trl_bf16"), key=lambda name: sps[name])
     return {
