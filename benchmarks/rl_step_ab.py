@@ -1,7 +1,7 @@
 """One change to the RL step, measured with both arms in one process, alternating step by step.
 
     .venv/bin/python benchmarks/rl_step_ab.py --compare adapter-update|training-pass|prefill|padding|vocabulary|
-        draw|optimizer|kept-groups|small|shared-prompt|all
+        draw|optimizer|kept-groups|small|shared-prompt|blocks|all
         [--prompts 2] [--json OUT] [--runs 6] [--precision bf16|fp32] [--threads N]
 
 The step is ``benchmarks/rl_step.py``'s at G = 4 without the skip rule (every group trains):
@@ -25,6 +25,9 @@ change and the other runs the default:
 - ``kept-groups``: the lean pass's fused base concatenated per pass against kept joined
   (``precision.low_precision_group``);
 - ``small``: the last three undone together against the default;
+- ``blocks``: each adapter group's B factors as one block-diagonal product (its zero blocks
+  multiplied too) against equal blocks in one batched product (``fused.block_layout``), in the
+  sampler and the training pass;
 - ``shared-prompt``: the decoder's cache with the prompt's keys and values copied to each of its
   G rows against one copy per prompt read once for them (``fast_decode.FastLlamaDecoder``);
 - ``all``: the module pass with prompts prefilled whole against the default (``training-pass``
@@ -78,7 +81,7 @@ def bf16_update():
 
     def bf16_low_rank(modules):
         update = kept[2](modules)
-        return None if update is None else fused.LowRank(a=update.a.bfloat16(), b_t=update.b_t.bfloat16())
+        return None if update is None else fused.LowRank(a=update.a.bfloat16(), b_t=update.dense_t().bfloat16())
 
     fused.Projection.__call__, fused.Projection.add_to, fused.low_rank = _bf16_call, _bf16_add_to, bf16_low_rank
     try:
@@ -225,6 +228,20 @@ def prompt_copied_per_row():
 
 
 @contextlib.contextmanager
+def block_diagonal_updates():
+    """Every adapter group's B factors as one block-diagonal product, zero blocks included, in the
+    sampler and in the training pass (before ``fused.block_layout``)."""
+    import labelrl.rollout.lean_pass as lean_pass
+
+    kept = fused.block_layout, lean_pass.block_layout
+    fused.block_layout = lean_pass.block_layout = lambda outs, ranks: None
+    try:
+        yield
+    finally:
+        fused.block_layout, lean_pass.block_layout = kept
+
+
+@contextlib.contextmanager
 def before_both():
     with module_pass(), prompts_prefilled_whole():
         yield
@@ -245,6 +262,8 @@ COMPARISONS = {
                     ("kept joined (default)", _no_run(contextlib.nullcontext))),
     "shared-prompt": (("prompt copied per row", _no_run(prompt_copied_per_row)),
                       ("one copy per prompt (default)", _no_run(contextlib.nullcontext))),
+    "blocks": (("block-diagonal B", _no_run(block_diagonal_updates)),
+               ("B in equal blocks (default)", _no_run(contextlib.nullcontext))),
     "small": (("draw, AdamW, groups as before", before_small), ("default", _no_run(contextlib.nullcontext))),
     "all": (("module pass, prompts whole", _no_run(before_both)), ("default", _no_run(contextlib.nullcontext))),
 }

@@ -256,3 +256,39 @@ def test_kept_bytes_is_zero_when_the_base_trains():
     assert kept_bytes(model, torch.float32) == 0
     run(model)
     assert _packed_storage_bytes(model) == 0
+
+
+def test_block_layout_cuts_equal_blocks_and_names_the_member_each_reads():
+    from labelrl.rollout.fused import block_layout
+
+    assert block_layout([576, 192, 192], [16, 16, 16]) == (192, [0, 0, 0, 1, 2])  # SmolLM2's q/k/v
+    assert block_layout([1536, 1536], [16, 16]) == (1536, [0, 1])  # gate/up
+    assert block_layout([896, 128, 128], [8, 8, 8]) == (128, [0] * 7 + [1, 2])  # Qwen2-0.5B's q/k/v
+    assert block_layout([576], [16]) is None  # one member: one product already
+    assert block_layout([1536, 1536], [16, 8]) is None  # ranks differ: the block-diagonal product
+
+
+def test_the_sampler_runs_gate_up_as_blocks_and_q_k_v_block_diagonal_with_the_same_update():
+    """gate/up (each member one block) is held as blocks, q/k/v (q twice as wide as k) as one
+    block-diagonal Bᵀ. On integer-valued factors every sum is exact, so the blocked update
+    equals the block-diagonal one (``dense_t``) bit for bit."""
+    from labelrl.rollout.fused import LowRank
+
+    model = lora_model()
+    with torch.no_grad():
+        generator = torch.Generator().manual_seed(0)
+        for name, parameter in model.named_parameters():
+            if "lora_" in name:
+                parameter.copy_(torch.randint(-2, 3, parameter.shape, generator=generator).float())
+    with torch.inference_mode():
+        layer = fuse_llama(model, 3, torch.float32).layers[0]
+        assert layer.qkv.low_rank.blocks is None and layer.qkv.low_rank.b_t.shape == (12, 128)
+        gate_up = layer.gate_up.low_rank
+        assert gate_up.b_t is None and gate_up.blocks.shape == (2, 4, 128)
+        dense = LowRank(a=gate_up.a, b_t=gate_up.dense_t())
+        assert torch.equal(dense.b_t[:4, 128:], torch.zeros(4, 128)) and torch.equal(dense.b_t[4:, :128], torch.zeros(4, 128))
+        x = torch.randint(-2, 3, (3, 64), generator=generator).float()
+        y = torch.randint(-2, 3, (3, 256), generator=generator).float()
+        down = x @ gate_up.a.t()
+        assert torch.equal(gate_up.add(y.clone(), down), dense.add(y.clone(), down))
+        assert not torch.equal(gate_up.add(y.clone(), down), y)  # the update is not zero

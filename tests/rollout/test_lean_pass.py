@@ -212,3 +212,50 @@ def test_nothing_vocabulary_wide_is_saved_for_backward():
     with module_pass(), torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t.shape) or t, lambda t: t):
         shared(model)
     assert any(vocab in shape for shape in saved)  # the module pass saves its logits
+
+
+def integer_valued(model, seed: int = 0):
+    """Every weight of ``model`` set to a small integer: products and sums of a few thousand such
+    terms stay integers below 2²⁴, exact in fp32 whatever the kernel's order of summation."""
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.copy_(torch.randint(-2, 3, parameter.shape, generator=generator).float())
+    return model
+
+
+def test_adapter_blocks_give_the_block_diagonal_products_values_and_gradients(monkeypatch):
+    """q/k/v (widths 64, 32, 32: blocks of 32, q's update columns read by two) and gate/up (two
+    blocks of 128) run their B factors as blocks, o and down as one product. On integer-valued
+    weights and inputs every sum is exact, so the blocks must give the block-diagonal product's
+    values and gradients bit for bit, and the float64 dense formula's."""
+    model = integer_valued(lora(tiny_llama()))
+    attn, mlp = model.get_base_model().model.layers[0].self_attn, model.get_base_model().model.layers[0].mlp
+    x = torch.randint(-2, 3, (6, 64), generator=torch.Generator().manual_seed(1)).float()
+    results = {}
+    for form in ("blocks", "block-diagonal"):
+        if form == "block-diagonal":
+            monkeypatch.setattr(lean_pass, "block_layout", lambda outs, ranks: None)
+        layer = lean_pass.lean_weights(model, torch.float32).layers[0]
+        shapes = [tuple(p.b.shape) for p in (layer.qkv, layer.gate_up, layer.o, layer.down)]
+        if form == "blocks":
+            assert shapes == [(4, 4, 32), (2, 4, 128), (64, 4), (64, 4)]
+            assert layer.qkv.reads.tolist() == [0, 0, 1, 2] and layer.gate_up.reads is None
+        else:
+            assert shapes == [(128, 12), (256, 8), (64, 4), (64, 4)]
+        model.zero_grad(set_to_none=True)
+        given = x.clone().requires_grad_(True)
+        out = torch.cat([layer.qkv(given), layer.gate_up(given)], dim=-1)
+        (out * torch.arange(out.shape[-1]).remainder(5).sub(2)).sum().backward()
+        results[form] = [out.detach(), given.grad] + [
+            p.grad.clone() for p in model.parameters() if p.requires_grad and p.grad is not None]
+    assert len(results["blocks"]) == 2 + 2 * 5  # x, and A and B of q, k, v, gate and up
+    for a, b in zip(results["blocks"], results["block-diagonal"]):
+        assert torch.equal(a, b)
+    # the dense formula in float64: y = x·Wᵀ + scale·(x·Aᵀ)·Bᵀ per member
+    dense = torch.cat([
+        x.double() @ m.base_layer.weight.double().t()
+        + (x.double() @ m.lora_A["default"].weight.double().t()) @ m.lora_B["default"].weight.double().t()
+        * m.scaling["default"]
+        for m in (attn.q_proj, attn.k_proj, attn.v_proj, mlp.gate_proj, mlp.up_proj)], dim=-1)
+    assert torch.equal(results["blocks"][0].double(), dense)

@@ -7,9 +7,10 @@ peft's and transformers' per-module Python, and an RMSNorm of eight elementwise 
 Here, per layer:
 
 * q/k/v run as one product and gate/up as another (their frozen base weights concatenated);
-* each group's adapters run as one pair of products: the A factors stacked [R, in] and the B
-  factors, scaled, block-diagonal [out, R] (zero off their own rows), so q/k/v's three
-  adapters cost what one does (``torch.block_diag`` passes each B its own gradient);
+* each group's adapters run as one pair of products: the A factors stacked [R, in], then the
+  B factors, scaled, cut into equal blocks that one batched product runs each against its own
+  member's columns of x·Aᵀ (``fused.block_layout``; members of different ranks: one
+  block-diagonal [out, R] product instead), so q/k/v's three adapters cost what one does;
 * the norms are ``F.rms_norm``, the rotary embedding one roll and one fused multiply-add
   (``fast_decode._rope_qk``), attention ``scaled_dot_product_attention`` with grouped heads;
 * a completion shorter than its batch's longest runs over its own tokens: everything but
@@ -41,7 +42,7 @@ from torch import nn
 from labelrl.models.precision import low_precision_group
 from labelrl.rollout.fast_decode import _norm, _rope_qk, attention_masks, real_tokens, rotary_tables, unsupported_reason
 from labelrl.rollout.token_logprobs import token_logprobs
-from labelrl.rollout.fused import LLAMA_PROJECTIONS, base_model, frozen_bias, frozen_weight, is_gemma3
+from labelrl.rollout.fused import LLAMA_PROJECTIONS, base_model, block_layout, frozen_bias, frozen_weight, is_gemma3
 
 __all__ = ["lean_reason", "lean_weights", "lean_logprobs"]
 
@@ -54,12 +55,15 @@ class LeanProjection:
     (kept between passes, each member's kept cast a view of it: ``low_precision_group``), or
     the members' own fp32 weights,
     whose outputs are concatenated (no fp32 copy of the model). ``a`` [R, in] and ``b`` [out, R]
-    are the stacked and block-diagonal adapter factors, fp32, in the autograd graph."""
+    are the stacked adapter factors, fp32, in the autograd graph; ``b`` is either [k, r, w], the
+    scaled Bᵀ cut into k blocks of width w, block j reading the r columns of x·Aᵀ of member
+    ``reads[j]`` (``fused.block_layout``), or block-diagonal [out, R]."""
 
     weights: list[torch.Tensor]
     bias: torch.Tensor | None  # Qwen2's q/k/v bias, in the compute dtype
     a: torch.Tensor
     b: torch.Tensor
+    reads: torch.Tensor | None = None  # [k]: the member each block reads (None: block j reads member j)
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         """fp32 [..., out] from fp32 x [..., in]."""
@@ -69,7 +73,15 @@ class LeanProjection:
         else:
             y = torch.cat([F.linear(low, w) for w in self.weights], dim=-1)
             y = y if self.bias is None else y + self.bias
-        return torch.add(y.float(), F.linear(F.linear(x, self.a), self.b))
+        down = F.linear(x, self.a)
+        if self.b.dim() == 2:
+            return torch.add(y.float(), F.linear(down, self.b))
+        # y + each block's update, [k, M, w] on the way and [M, k·w] out (Δ's rows in the order of y's)
+        k, r, w = self.b.shape
+        lead, down = x.shape[:-1], down.reshape(-1, down.shape[-1] // r, r)
+        down = down if self.reads is None else down.index_select(1, self.reads)
+        out = torch.baddbmm(y.float().reshape(-1, k, w).transpose(0, 1), down.transpose(0, 1), self.b)
+        return out.transpose(0, 1).reshape(*lead, k * w)
 
 
 @dataclass
@@ -155,7 +167,15 @@ def _projection(group: list[nn.Module], dtype: torch.dtype) -> LeanProjection:
         a_blocks += [module.lora_A[name].weight for name in names]
         # one member's adapters side by side: its output rows, their rank columns
         b_blocks.append(torch.cat([module.lora_B[name].weight * module.scaling[name] for name in names], dim=1))
-    return LeanProjection(weights=weights, bias=bias, a=torch.cat(a_blocks), b=torch.block_diag(*b_blocks))
+    a = torch.cat(a_blocks)
+    layout = block_layout([b.shape[0] for b in b_blocks], [b.shape[1] for b in b_blocks])
+    if layout is None:  # torch.block_diag passes each B its own gradient
+        return LeanProjection(weights=weights, bias=bias, a=a, b=torch.block_diag(*b_blocks))
+    width, reads = layout
+    b = torch.cat([block.view(-1, width, block.shape[1]) for block in b_blocks]).transpose(1, 2)  # [k, r, w]
+    identity = reads == list(range(len(group)))
+    return LeanProjection(weights=weights, bias=bias, a=a, b=b,
+                          reads=None if identity else torch.tensor(reads, device=a.device))
 
 
 def lean_weights(model: nn.Module, dtype: torch.dtype) -> LeanWeights:
