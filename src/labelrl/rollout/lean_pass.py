@@ -54,9 +54,9 @@ class LeanProjection:
     ``weights``: the frozen base in the compute dtype, one concatenated matrix [out, in] in bf16
     (kept between passes, each member's kept cast a view of it: ``low_precision_group``), or
     the members' own fp32 weights,
-    whose outputs are concatenated (no fp32 copy of the model). ``a`` [R, in] and ``b`` [out, R]
-    are the stacked adapter factors, fp32, in the autograd graph; ``b`` is either [k, r, w], the
-    scaled Bᵀ cut into k blocks of width w, block j reading the r columns of x·Aᵀ of member
+    whose outputs are concatenated (no fp32 copy of the model). ``a`` [R, in] (the A factors
+    stacked) and ``b`` (the scaled B factors) are fp32, in the autograd graph; ``b`` is either
+    [k, r, w], Bᵀ cut into k blocks of width w, block j reading the r columns of x·Aᵀ of member
     ``reads[j]`` (``fused.block_layout``), or block-diagonal [out, R]."""
 
     weights: list[torch.Tensor]
