@@ -1,7 +1,7 @@
 """One change to the RL step, measured with both arms in one process, alternating step by step.
 
     .venv/bin/python benchmarks/rl_step_ab.py --compare adapter-update|training-pass|prefill|padding|vocabulary|
-        draw|optimizer|kept-groups|small|shared-prompt|blocks|all
+        draw|optimizer|kept-groups|small|shared-prompt|blocks|script|all
         [--prompts 2] [--json OUT] [--runs 6] [--precision bf16|fp32] [--threads N]
 
 The step is ``benchmarks/rl_step.py``'s at G = 4 without the skip rule (every group trains):
@@ -28,6 +28,8 @@ change and the other runs the default:
 - ``blocks``: each adapter group's B factors as one block-diagonal product (its zero blocks
   multiplied too) against equal blocks in one batched product (``fused.block_layout``), in the
   sampler and the training pass;
+- ``script``: the decode step's layer as a Python function, each of its tensor operations a
+  Python call, against the same function compiled by TorchScript (``fast_decode.decode_layer``);
 - ``shared-prompt``: the decoder's cache with the prompt's keys and values copied to each of its
   G rows against one copy per prompt read once for them (``fast_decode.FastLlamaDecoder``);
 - ``all``: the module pass with prompts prefilled whole against the default (``training-pass``
@@ -64,31 +66,39 @@ from rl_step import rl_config  # noqa: E402  (benchmarks/rl_step.py)
 GROUP_SIZE = 4
 
 
-def _bf16_call(self, x: torch.Tensor) -> torch.Tensor:
-    y = self.base(x)
-    return y if self.low_rank is None else torch.addmm(y, x @ self.low_rank.a.t(), self.low_rank.b_t)
+def _bf16_project(t: fused.ProjectionTensors, x: torch.Tensor, exact: torch.Tensor | None = None) -> torch.Tensor:
+    y = fused.base_product(t, x)
+    return y if t.a is None else torch.addmm(y, x @ t.a.t(), t.b_t)
 
 
-def _bf16_add_to(self, residual: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-    out = self.base.add_to(residual, x)
-    return out if self.low_rank is None else out + (x @ self.low_rank.a.t()) @ self.low_rank.b_t
+def _bf16_project_add(t: fused.ProjectionTensors, residual: torch.Tensor, x: torch.Tensor,
+                      exact: torch.Tensor | None = None) -> torch.Tensor:
+    out = fused.base_product_add(t, residual, x)
+    return out if t.a is None else out + (x @ t.a.t()) @ t.b_t
 
 
 @contextlib.contextmanager
 def bf16_update():
-    """The adapter's update in bf16, in the sampler and in the training pass."""
-    kept = fused.Projection.__call__, fused.Projection.add_to, fused.low_rank
+    """The adapter's update in bf16, in the sampler (its decode layer run as Python, where the
+    functions replaced here are looked up) and in the training pass."""
+    import labelrl.rollout.fast_decode as fast_decode
+
+    kept = (fused.project, fused.project_add, fast_decode.project, fast_decode.project_add, fused.low_rank,
+            fast_decode.SCRIPT_DECODE_LAYER)
 
     def bf16_low_rank(modules):
-        update = kept[2](modules)
+        update = kept[4](modules)
         return None if update is None else fused.LowRank(a=update.a.bfloat16(), b_t=update.dense_t().bfloat16())
 
-    fused.Projection.__call__, fused.Projection.add_to, fused.low_rank = _bf16_call, _bf16_add_to, bf16_low_rank
+    fused.project = fast_decode.project = _bf16_project
+    fused.project_add = fast_decode.project_add = _bf16_project_add
+    fused.low_rank, fast_decode.SCRIPT_DECODE_LAYER = bf16_low_rank, False
     try:
         with peft_adapter_forward():  # the module pass, where peft's forward runs
             yield
     finally:
-        fused.Projection.__call__, fused.Projection.add_to, fused.low_rank = kept
+        (fused.project, fused.project_add, fast_decode.project, fast_decode.project_add, fused.low_rank,
+         fast_decode.SCRIPT_DECODE_LAYER) = kept
 
 
 @contextlib.contextmanager
@@ -242,6 +252,20 @@ def block_diagonal_updates():
 
 
 @contextlib.contextmanager
+def python_decode_layer():
+    """The decode step's layer run as the Python function, each tensor operation a Python call
+    (before ``fast_decode.decode_layer``)."""
+    import labelrl.rollout.fast_decode as fast_decode
+
+    kept = fast_decode.SCRIPT_DECODE_LAYER
+    fast_decode.SCRIPT_DECODE_LAYER = False
+    try:
+        yield
+    finally:
+        fast_decode.SCRIPT_DECODE_LAYER = kept
+
+
+@contextlib.contextmanager
 def before_both():
     with module_pass(), prompts_prefilled_whole():
         yield
@@ -264,6 +288,8 @@ COMPARISONS = {
                       ("one copy per prompt (default)", _no_run(contextlib.nullcontext))),
     "blocks": (("block-diagonal B", _no_run(block_diagonal_updates)),
                ("B in equal blocks (default)", _no_run(contextlib.nullcontext))),
+    "script": (("decode layer in Python", _no_run(python_decode_layer)),
+               ("scripted (default)", _no_run(contextlib.nullcontext))),
     "small": (("draw, AdamW, groups as before", before_small), ("default", _no_run(contextlib.nullcontext))),
     "all": (("module pass, prompts whole", _no_run(before_both)), ("default", _no_run(contextlib.nullcontext))),
 }

@@ -323,6 +323,63 @@ def test_lora_with_adapter_switched_off_decodes_the_base_model():
     assert_same_logprobs(wrapped, fast, reference, 12)  # the adapter's rank counted: a bound, not a measurement
 
 
+def trained_lora(base):
+    """``base`` with a LoRA adapter on every projection whose B factors are away from 0 (peft
+    starts them at 0, where the low-rank updates would add nothing)."""
+    from peft import LoraConfig, get_peft_model
+
+    wrapped = get_peft_model(copy.deepcopy(base), LoraConfig(r=4, lora_alpha=8, target_modules="all-linear"))
+    torch.manual_seed(1)
+    with torch.no_grad():
+        for name, param in wrapped.named_parameters():
+            if "lora_B" in name:
+                param.normal_(std=0.3)
+    return wrapped
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("name", ["llama", *FAMILIES])
+def test_the_scripted_decode_layer_computes_what_the_python_function_computes(name, dtype, prompt_layout, monkeypatch):
+    # TorchScript runs the layer's tensor operations without a Python call each: the same
+    # operations, so every step's logits are bit-identical. The trained adapter runs the low-rank
+    # updates (gate/up in blocks, q/k/v block-diagonal), and dropping one row at step 2 and the
+    # last at step 3 runs the decoder's path for slots whose row has finished.
+    import labelrl.rollout.fast_decode as fast_decode
+
+    model = trained_lora(tiny_llama() if name == "llama" else load_model(name)[0])
+    group_size, rows = 3, 3 * len(PROMPTS)
+    generator = torch.Generator().manual_seed(0)
+    tokens = [torch.randint(1, 100, (rows - (step >= 2) - (step >= 3),), generator=generator) for step in range(5)]
+    logits = {}
+    for scripted in (True, False):
+        monkeypatch.setattr(fast_decode, "SCRIPT_DECODE_LAYER", scripted)
+        assert isinstance(fast_decode.decode_layer(), torch.jit.ScriptFunction) == scripted
+        with torch.inference_mode():
+            first, stepper = _prefill(model, PROMPTS, group_size, 0, fuse_llama(model, dtype=dtype), 6, dtype)
+            logits[scripted] = [first]
+            for step, fed in enumerate(tokens):
+                if step in (2, 3):
+                    live = len(fed) + 1
+                    stepper.select(torch.arange(1, live) if step == 2 else torch.arange(live - 1))
+                logits[scripted].append(stepper.step(fed))
+    assert all(torch.equal(a, b) for a, b in zip(logits[True], logits[False], strict=True))
+    assert logits[True][-1].shape[0] == rows - 2
+
+
+def test_a_torch_that_cannot_script_the_layer_decodes_with_the_python_function(model, monkeypatch):
+    import labelrl.rollout.fast_decode as fast_decode
+
+    def refuse(function):
+        raise RuntimeError("this torch has no TorchScript")
+
+    monkeypatch.setattr(fast_decode, "_SCRIPTED", {})
+    monkeypatch.setattr(torch.jit, "script", refuse)
+    assert fast_decode.decode_layer() is fast_decode._decode_layer
+    fast = run(model, True)
+    assert fast.timings["fast_decode"] == 1.0
+    assert fast.completion_ids == run(model, False).completion_ids
+
+
 @pytest.mark.parametrize("build, reason", [
     (lambda: tiny_llama(mlp_bias=True), "bias"),
     (lambda: tiny_llama(rope_parameters={"rope_type": "dynamic", "factor": 2.0, "rope_theta": 10000.0}), "rope_type"),

@@ -18,7 +18,10 @@ per layer:
   mask of each row's own columns, the query heads of each key/value head, of each of a group's
   rows, packed as query rows (GQA without repeating the cache);
   the rotary embedding of each row's new position comes from a cos/sin table built once by
-  the model's own rotary module (one table per layer type for Gemma 3).
+  the model's own rotary module (one table per layer type for Gemma 3);
+* a layer is one call: its ~60 tensor operations, written as functions of tensors, are compiled
+  once per process by TorchScript (``decode_layer``), which runs the same ATen operations
+  without a Python call each (the Python function where TorchScript cannot compile it).
 
 What each family adds to Llama's layer, as transformers 5.19 computes it (``modeling_qwen2``,
 ``modeling_qwen3``, ``modeling_gemma3``): Qwen2 biases on q/k/v; Qwen3 an RMSNorm over each
@@ -50,12 +53,15 @@ on linear layers.
 from __future__ import annotations
 
 import math
+import warnings
+from typing import Optional
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from labelrl.rollout.fused import LlamaWeights, PackedLinear, base_model, clear_fused_cache, fuse_llama
+from labelrl.rollout.fused import (LayerTensors, LlamaWeights, PackedLinear, ProjectionTensors, base_model,
+                                   clear_fused_cache, fuse_llama, project, project_add)
 
 __all__ = ["FastLlamaDecoder", "LlamaWeights", "fast_prefill", "PackedLinear", "clear_fused_cache", "fuse_llama", "rotary_tables",
            "unsupported_reason"]
@@ -190,6 +196,9 @@ def _tables(weights: LlamaWeights, n_positions: int, like: torch.Tensor) -> dict
 
 # --- one layer, as the model computes it (shared by the prefill and the decode step) ---------
 
+# These are functions of tensors, with typing's annotations, so that TorchScript can compile the
+# decode step's layer from them (``decode_layer``); the prefill and the training pass call them too.
+
 def _norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     return F.rms_norm(x, x.shape[-1:], weight, eps)
 
@@ -208,40 +217,47 @@ def _embed(w: LlamaWeights, ids: torch.Tensor) -> torch.Tensor:
     return x if w.embed_scale is None else x * w.embed_scale.to(x.dtype)
 
 
-def _rope_qk(w: LlamaWeights, layer, qk: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+def _rope_qk(qk: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, qk_norm: Optional[torch.Tensor], eps: float,
+             round_norm_after_weight: bool) -> torch.Tensor:
     """The q and k heads [..., H + KV, D] (the projection's output: compute-dtype values, or
-    fp32 where an adapter's update joined them) normed if the family norms them, then rotated;
+    fp32 where an adapter's update joined them) normed by ``qk_norm`` where the family norms
+    them (``LlamaWeights.round_norm_after_weight`` says where the norm rounds), then rotated;
     fp32."""
     given = qk.dtype  # where the norm rounds its result, as transformers' norms do
     qk = qk.float()
-    if layer.qk_norm is not None:
-        normed = _exact_norm(qk, w.eps)
-        if w.round_norm_after_weight:  # Gemma3RMSNorm: (x̂ · (1 + w)).type_as(x)
-            qk = (normed * layer.qk_norm).to(given).float()
+    if qk_norm is not None:
+        normed = _exact_norm(qk, eps)
+        if round_norm_after_weight:  # Gemma3RMSNorm: (x̂ · (1 + w)).type_as(x)
+            qk = (normed * qk_norm).to(given).float()
         else:  # Qwen3RMSNorm: w · x̂.to(input dtype)
-            qk = normed.to(given).float() * layer.qk_norm
-    return torch.addcmul(qk * cos, qk.roll(w.head_dim // 2, dims=-1), sin)  # RoPE on q and k heads at once
+            qk = normed.to(given).float() * qk_norm
+    return torch.addcmul(qk * cos, qk.roll(qk.shape[-1] // 2, dims=-1), sin)  # RoPE on q and k heads at once
 
 
-def _attention_residual(w: LlamaWeights, layer, x: torch.Tensor, attn: torch.Tensor) -> torch.Tensor:
-    """x + o_proj(attn) [Gemma 3: + norm(o_proj(attn)), rounded to the projection output's dtype];
-    ``attn`` fp32, rounded to the compute dtype for the base product, as it is for the update."""
-    if layer.attn_out_norm is None:
-        return layer.o.add_to(x, attn.to(w.dtype), attn)
-    out = layer.o(attn.to(w.dtype), attn)
-    return x + (_exact_norm(out.float(), w.eps) * layer.attn_out_norm).to(out.dtype)
+def _attention_residual(x: torch.Tensor, attn: torch.Tensor, o: ProjectionTensors, out_norm: Optional[torch.Tensor],
+                        dtype: torch.dtype, eps: float) -> torch.Tensor:
+    """x + o_proj(attn) [Gemma 3: + norm(o_proj(attn)) by ``out_norm``, rounded to the
+    projection output's dtype]; ``attn`` fp32, rounded to the compute dtype for the base
+    product, as it is for the update."""
+    if out_norm is None:
+        return project_add(o, x, attn.to(dtype), attn)
+    out = project(o, attn.to(dtype), attn)
+    return x + (_exact_norm(out.float(), eps) * out_norm).to(out.dtype)
 
 
-def _mlp_residual(w: LlamaWeights, layer, x: torch.Tensor) -> torch.Tensor:
-    """x + down(act(gate) · up) of the normed x [Gemma 3: the MLP output normed too]."""
-    h = _norm(x, layer.mlp_norm, w.eps)
-    gate, up = layer.gate_up(h.to(w.dtype), h).chunk(2, dim=-1)
+def _mlp_residual(x: torch.Tensor, norm: torch.Tensor, gate_up: ProjectionTensors, down: ProjectionTensors,
+                  out_norm: Optional[torch.Tensor], dtype: torch.dtype, eps: float, activation: str) -> torch.Tensor:
+    """x + down(act(gate) · up) of the x normed by ``norm`` [Gemma 3: the MLP output normed by
+    ``out_norm`` too]."""
+    h = _norm(x, norm, eps)
+    halves = project(gate_up, h.to(dtype), h).chunk(2, dim=-1)  # gate, up
     # fp32 where an adapter's update joined gate/up (fp32_adapter_sum), then rounded for the product
-    hidden = (F.silu(gate) if w.activation == "silu" else F.gelu(gate, approximate="tanh")) * up
-    if layer.mlp_out_norm is None:
-        return layer.down.add_to(x, hidden.to(w.dtype), hidden)
-    out = layer.down(hidden.to(w.dtype), hidden)
-    return x + (_exact_norm(out.float(), w.eps) * layer.mlp_out_norm).to(out.dtype)
+    gate = halves[0]
+    hidden = (F.silu(gate) if activation == "silu" else F.gelu(gate, approximate="tanh")) * halves[1]
+    if out_norm is None:
+        return project_add(down, x, hidden.to(dtype), hidden)
+    out = project(down, hidden.to(dtype), hidden)
+    return x + (_exact_norm(out.float(), eps) * out_norm).to(out.dtype)
 
 
 def _logits(w: LlamaWeights, x: torch.Tensor) -> torch.Tensor:
@@ -305,7 +321,8 @@ def _prefill_layers(w: LlamaWeights, input_ids: torch.Tensor, columns: torch.Ten
     for layer in w.layers:
         h = _norm(x, layer.input_norm, w.eps)
         qkv = layer.qkv(h.to(w.dtype), h).view(-1, h_q + 2 * h_kv, d)
-        heads = torch.cat([_rope_qk(w, layer, qkv[:, : h_q + h_kv], *tables[layer.rope_key]), qkv[:, h_q + h_kv:].float()],
+        heads = torch.cat([_rope_qk(qkv[:, : h_q + h_kv], *tables[layer.rope_key], layer.qk_norm, w.eps,
+                                    w.round_norm_after_weight), qkv[:, h_q + h_kv:].float()],
                           dim=1)  # [S + M, H + 2·KV, D], fp32: q and k rotated, v
         outputs = []
         if shared:  # the prefix, causally, once
@@ -325,8 +342,10 @@ def _prefill_layers(w: LlamaWeights, input_ids: torch.Tensor, columns: torch.Ten
                                               attn_mask=masks[layer.sliding_window][:, None], scale=_scale(w),
                                               enable_gqa=True)
         outputs.append(pick(attn.transpose(1, 2).reshape(n * length, h_q * d)))
-        x = _attention_residual(w, layer, x, torch.cat(outputs) if shared else outputs[0])
-        x = _mlp_residual(w, layer, x)
+        x = _attention_residual(x, torch.cat(outputs) if shared else outputs[0], layer.o.tensors, layer.attn_out_norm,
+                                w.dtype, w.eps)
+        x = _mlp_residual(x, layer.mlp_norm, layer.gate_up.tensors, layer.down.tensors, layer.mlp_out_norm, w.dtype, w.eps,
+                          w.activation)
         layer_kv.append((keys, values))
     return x[shared:], layer_kv
 
@@ -418,6 +437,7 @@ class FastLlamaDecoder:
         like = torch.empty(0, dtype=torch.float32, device=device)  # the rotary embedding is applied in fp32
         self.tables = _tables(weights, int(self.positions.max()) + max_new_tokens, like)
         self.scale = _scale(weights)
+        self._tensors, self._tensors_of = [], None  # each layer's LayerTensors, of the weights self.w
 
     def select(self, rows: torch.Tensor) -> None:
         """Keep only ``rows`` (indices into the current rows, ascending); a group none of whose
@@ -464,34 +484,74 @@ class FastLlamaDecoder:
 
     def _step(self, tokens: torch.Tensor) -> torch.Tensor:
         w, n, per = self.w, tokens.shape[0], self.per
-        h_q, h_kv, d = w.n_heads, w.n_kv_heads, w.head_dim
-        groups = self.mask.shape[0]
         column = self.prompt_len + self.step_index * per  # this step's keys: columns column … column + per − 1
         masks = self._masks(column + per)
-        full = n == groups * per  # every slot holds a live row: nothing to scatter
+        slots = None if n == self.mask.shape[0] * per else self.slots  # None: every slot holds a live row
         tables = {key: (cos[self.positions][:, None], sin[self.positions][:, None])  # [N, 1, D]
                   for key, (cos, sin) in self.tables.items()}
+        if self._tensors_of is not w:  # a refold replaces the weights
+            self._tensors, self._tensors_of = [layer.tensors for layer in w.layers], w
+        run_layer = decode_layer()
         x = _embed(w, tokens)  # [N, hidden], the fp32 residual stream
-        for layer, keys, values in zip(w.layers, self.keys, self.values):
-            h = _norm(x, layer.input_norm, w.eps)
-            qkv = layer.qkv(h.to(w.dtype), h)  # [N, (H + 2·KV)·D]
-            qk = _rope_qk(w, layer, qkv[:, : (h_q + h_kv) * d].view(n, h_q + h_kv, d), *tables[layer.rope_key])
-            v = qkv[:, (h_q + h_kv) * d:].view(n, h_kv, d)
-            if not full:  # finished rows' slots get zeros: masked keys, and queries whose output is dropped
-                heads = torch.cat([qk, v.float()], dim=1)
-                heads = heads.new_zeros((groups * per, *heads.shape[1:])).index_copy_(0, self.slots, heads)
-                qk, v = heads[:, : h_q + h_kv], heads[:, h_q + h_kv:]
-            keys[:, :, column : column + per].copy_(qk[:, h_q:].view(groups, per, h_kv, d).transpose(1, 2))
-            values[:, :, column : column + per].copy_(v.view(groups, per, h_kv, d).transpose(1, 2))
+        for layer, tensors, keys, values in zip(w.layers, self._tensors, self.keys, self.values):
             start, mask = masks[layer.sliding_window]
-            # GQA: the H/KV query heads that share a key/value head (of each of the group's rows)
-            # become query rows of it.
-            q = qk[:, :h_q].reshape(groups, per, h_kv, h_q // h_kv, d).transpose(1, 2).reshape(groups, h_kv, -1, d)
-            attn = F.scaled_dot_product_attention(q, keys[:, :, start : column + per], values[:, :, start : column + per],
-                                                  attn_mask=mask, scale=self.scale)
-            attn = attn.view(groups, h_kv, per, h_q // h_kv, d).transpose(1, 2).reshape(groups * per, h_q * d)
-            x = _attention_residual(w, layer, x, attn if full else attn.index_select(0, self.slots))
-            x = _mlp_residual(w, layer, x)
+            x = run_layer(x, tensors, keys, values, mask, *tables[layer.rope_key], start, column, per, slots, w.n_heads,
+                          w.n_kv_heads, self.scale, w.eps, w.dtype, w.round_norm_after_weight, w.activation)
         self.step_index += 1
         self.positions = self.positions + 1
         return _logits(w, x)
+
+
+def _decode_layer(x: torch.Tensor, layer: LayerTensors, keys: torch.Tensor, values: torch.Tensor, mask: torch.Tensor,
+                  cos: torch.Tensor, sin: torch.Tensor, start: int, column: int, per: int, slots: Optional[torch.Tensor],
+                  n_heads: int, n_kv_heads: int, scale: float, eps: float, dtype: torch.dtype,
+                  round_norm_after_weight: bool, activation: str) -> torch.Tensor:
+    """One layer of ``FastLlamaDecoder.step`` over the live rows' residual stream ``x`` [N, hidden]:
+    this step's keys and values written to columns ``column`` … ``column + per − 1`` of the
+    layer's cache [groups, KV, width, D], attention over its columns ``start`` … under ``mask``.
+    ``slots``: each live row's slot in groups · per (None: every slot holds a live row)."""
+    n, h_q, h_kv = x.shape[0], n_heads, n_kv_heads
+    groups, d = keys.shape[0], keys.shape[-1]
+    h = _norm(x, layer.input_norm, eps)
+    qkv = project(layer.qkv, h.to(dtype), h)  # [N, (H + 2·KV)·D]
+    qk = _rope_qk(qkv[:, : (h_q + h_kv) * d].view(n, h_q + h_kv, d), cos, sin, layer.qk_norm, eps,
+                  round_norm_after_weight)
+    v = qkv[:, (h_q + h_kv) * d:].view(n, h_kv, d)
+    if slots is not None:  # finished rows' slots get zeros: masked keys, and queries whose output is dropped
+        heads = torch.cat([qk, v.float()], dim=1)
+        heads = heads.new_zeros([groups * per, heads.shape[1], d]).index_copy_(0, slots, heads)
+        qk, v = heads[:, : h_q + h_kv], heads[:, h_q + h_kv:]
+    keys[:, :, column : column + per].copy_(qk[:, h_q:].view(groups, per, h_kv, d).transpose(1, 2))
+    values[:, :, column : column + per].copy_(v.view(groups, per, h_kv, d).transpose(1, 2))
+    # GQA: the H/KV query heads that share a key/value head (of each of the group's rows)
+    # become query rows of it.
+    q = qk[:, :h_q].reshape(groups, per, h_kv, h_q // h_kv, d).transpose(1, 2).reshape(groups, h_kv, -1, d)
+    attn = F.scaled_dot_product_attention(q, keys[:, :, start : column + per], values[:, :, start : column + per],
+                                          attn_mask=mask, scale=scale)
+    attn = attn.view(groups, h_kv, per, h_q // h_kv, d).transpose(1, 2).reshape(groups * per, h_q * d)
+    if slots is not None:
+        attn = attn.index_select(0, slots)
+    x = _attention_residual(x, attn, layer.o, layer.attn_out_norm, dtype, eps)
+    return _mlp_residual(x, layer.mlp_norm, layer.gate_up, layer.down, layer.mlp_out_norm, dtype, eps, activation)
+
+
+# A decode step is ~60 small tensor operations per layer at a few rows, and calling each from
+# Python costs about as much as running it: compiled by TorchScript, a layer is one call.
+# SCRIPT_DECODE_LAYER = False runs the Python function (the same operations, the same results).
+SCRIPT_DECODE_LAYER = True
+_SCRIPTED: dict = {}
+
+
+def decode_layer():
+    """``_decode_layer`` compiled by TorchScript (once per process), or the Python function where
+    ``SCRIPT_DECODE_LAYER`` is off or this torch cannot compile it."""
+    if not SCRIPT_DECODE_LAYER:
+        return _decode_layer
+    if "layer" not in _SCRIPTED:
+        try:
+            with warnings.catch_warnings():  # torch 2.13 marks torch.jit deprecated; its compiled functions still run
+                warnings.simplefilter("ignore")
+                _SCRIPTED["layer"] = torch.jit.script(_decode_layer)
+        except Exception:  # noqa: BLE001 — any failure to compile leaves the Python function, which computes the same
+            _SCRIPTED["layer"] = _decode_layer
+    return _SCRIPTED["layer"]

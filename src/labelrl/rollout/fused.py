@@ -26,6 +26,7 @@ from __future__ import annotations
 import math
 import weakref
 from dataclasses import dataclass
+from typing import List, NamedTuple, Optional, Union
 
 import torch
 import torch.nn.functional as F
@@ -64,19 +65,16 @@ class PackedLinear:
             self.packed = torch.ops.mkldnn._reorder_linear_weight(weight.contiguous(), rows)
             self.weight = None  # the packed copy is all a step needs
 
+    @property
+    def tensors(self) -> ProjectionTensors:
+        return ProjectionTensors(self.packed, self.weight, self.bias, None, None, None)
+
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        if self.packed is None:
-            return F.linear(x, self.weight, self.bias)
-        return torch.ops.mkldnn._linear_pointwise(x, self.packed, self.bias, "none", [], "")
+        return base_product(self.tensors, x)
 
     def add_to(self, residual: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
         """residual + x·Wᵀ (+ bias), in one op where the backend fuses it (same dtypes), else two."""
-        if residual.dtype != x.dtype:
-            return residual + self(x)
-        if self.packed is None:
-            out = torch.addmm(residual, x, self.weight.t())
-            return out if self.bias is None else out + self.bias
-        return torch.ops.mkldnn._linear_pointwise.binary(x, residual, self.packed, self.bias, "add")
+        return base_product_add(self.tensors, residual, x)
 
 
 @dataclass
@@ -104,13 +102,9 @@ class LowRank:
     blocks: torch.Tensor | None = None
 
     def add(self, y: torch.Tensor, down: torch.Tensor) -> torch.Tensor:
-        """y + down·Bᵀ for a fresh fp32 ``y`` [N, out] (written in place in the blocked form) and
+        """y + down·Bᵀ for a fresh fp32 ``y`` [N, out] (written in place) and
         ``down`` = x·Aᵀ [N, R]."""
-        if self.blocks is None:
-            return torch.addmm(y, down, self.b_t)
-        k, r, w = self.blocks.shape
-        y.view(-1, k, w).transpose(0, 1).baddbmm_(down.view(-1, k, r).transpose(0, 1), self.blocks)
-        return y
+        return low_rank_add(y, down, self.b_t, self.blocks)
 
     def dense_t(self) -> torch.Tensor:
         """Bᵀ [R, out], block-diagonal whichever form is held."""
@@ -143,20 +137,99 @@ class Projection:
     def __init__(self, base: PackedLinear, low_rank: LowRank | None):
         self.base, self.low_rank = base, low_rank
 
+    @property
+    def tensors(self) -> ProjectionTensors:
+        update = self.low_rank
+        if update is None:
+            return self.base.tensors
+        return ProjectionTensors(self.base.packed, self.base.weight, self.base.bias, update.a, update.b_t, update.blocks)
+
     def __call__(self, x: torch.Tensor, exact: torch.Tensor | None = None) -> torch.Tensor:
         """x·Wᵀ in the weight's dtype; with a low-rank update, x·Wᵀ + Δy in fp32. ``exact``: the
         fp32 input x was rounded from, which the update reads, as the training pass's does
         (``fp32_adapter_sum``, ``labelrl.rollout.lean_pass``); None: x itself."""
-        y = self.base(x)
-        return y if self.low_rank is None else self.low_rank.add(y.float(), self._down(x, exact))
+        return project(self.tensors, x, exact)
 
     def add_to(self, residual: torch.Tensor, x: torch.Tensor, exact: torch.Tensor | None = None) -> torch.Tensor:
-        out = self.base.add_to(residual, x)
-        return out if self.low_rank is None else self.low_rank.add(out.float(), self._down(x, exact))
+        return project_add(self.tensors, residual, x, exact)
 
-    def _down(self, x: torch.Tensor, exact: torch.Tensor | None) -> torch.Tensor:
-        """x·Aᵀ in fp32 [N, R]."""
-        return (x.float() if exact is None else exact) @ self.low_rank.a.t()
+
+# --- a projection as functions of its tensors ---------------------------------------------------
+# The decode step runs a layer as one TorchScript function (``fast_decode.decode_layer``), which
+# can call these but not the classes above; the classes call them too, so the arithmetic is
+# written once. Annotations are typing's, which TorchScript reads.
+
+class ProjectionTensors(NamedTuple):
+    """A projection's tensors: the oneDNN-packed base, or the plain weight where there is no
+    packing; the bias; the low-rank update's stacked A factors and its Bᵀ in one of
+    ``LowRank``'s two forms (``a`` None: no update)."""
+
+    packed: Optional[torch.Tensor]
+    weight: Optional[torch.Tensor]
+    bias: Optional[torch.Tensor]
+    a: Optional[torch.Tensor]
+    b_t: Optional[torch.Tensor]
+    blocks: Optional[torch.Tensor]
+
+
+def base_product(t: ProjectionTensors, x: torch.Tensor) -> torch.Tensor:
+    """x·Wᵀ (+ bias) in the weight's dtype (``PackedLinear``)."""
+    packed = t.packed
+    if packed is not None:
+        no_scalars: List[Optional[Union[int, float, complex]]] = []  # the op's Scalar?[]: none for "none"
+        return torch.ops.mkldnn._linear_pointwise(x, packed, t.bias, "none", no_scalars, "")
+    weight = t.weight
+    assert weight is not None
+    return F.linear(x, weight, t.bias)
+
+
+def base_product_add(t: ProjectionTensors, residual: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """residual + x·Wᵀ (+ bias), in one op where the backend fuses it (same dtypes), else two."""
+    if residual.dtype != x.dtype:
+        return residual + base_product(t, x)
+    packed = t.packed
+    if packed is not None:
+        return torch.ops.mkldnn._linear_pointwise(x, residual, packed, t.bias, "add")  # the op's binary form
+    weight = t.weight
+    assert weight is not None
+    out = torch.addmm(residual, x, weight.t())
+    bias = t.bias
+    return out if bias is None else out + bias
+
+
+def low_rank_add(y: torch.Tensor, down: torch.Tensor, b_t: Optional[torch.Tensor],
+                 blocks: Optional[torch.Tensor]) -> torch.Tensor:
+    """y + down·Bᵀ for a fresh fp32 ``y``, written into it (``LowRank.add``): one product against
+    the block-diagonal ``b_t``, or one batched product of each block against its member's rank
+    columns."""
+    if blocks is None:
+        assert b_t is not None
+        # in place: TorchScript rewrites an out-of-place addmm as y + down·Bᵀ, two roundings
+        return y.addmm_(down, b_t)
+    k, r, width = blocks.shape[0], blocks.shape[1], blocks.shape[2]
+    y.view(-1, k, width).transpose(0, 1).baddbmm_(down.view(-1, k, r).transpose(0, 1), blocks)
+    return y
+
+
+def _update(t: ProjectionTensors, y: torch.Tensor, x: torch.Tensor, exact: Optional[torch.Tensor]) -> torch.Tensor:
+    """y + (x·Aᵀ)·Bᵀ in fp32, the update reading ``exact`` (the fp32 input x was rounded from)
+    where given; y unchanged without an update."""
+    a = t.a
+    if a is None:
+        return y
+    source = x.float() if exact is None else exact
+    return low_rank_add(y.float(), source @ a.t(), t.b_t, t.blocks)
+
+
+def project(t: ProjectionTensors, x: torch.Tensor, exact: Optional[torch.Tensor]) -> torch.Tensor:
+    """``Projection.__call__``: x·Wᵀ, plus the low-rank update in fp32 where there is one."""
+    return _update(t, base_product(t, x), x, exact)
+
+
+def project_add(t: ProjectionTensors, residual: torch.Tensor, x: torch.Tensor,
+                exact: Optional[torch.Tensor]) -> torch.Tensor:
+    """``Projection.add_to``: residual + x·Wᵀ, plus the low-rank update in fp32."""
+    return _update(t, base_product_add(t, residual, x), x, exact)
 
 
 @dataclass
@@ -176,6 +249,26 @@ class LayerWeights:
     mlp_out_norm: torch.Tensor | None = None  # [hidden] Gemma 3: norm of the MLP output
     sliding_window: int | None = None  # a query sees the last `sliding_window` slots, itself included
     rope_key: str | None = None  # Gemma 3: the layer type whose RoPE table this layer uses
+
+    @property
+    def tensors(self) -> LayerTensors:
+        return LayerTensors(self.qkv.tensors, self.o.tensors, self.gate_up.tensors, self.down.tensors, self.input_norm,
+                            self.mlp_norm, self.qk_norm, self.attn_out_norm, self.mlp_out_norm)
+
+
+class LayerTensors(NamedTuple):
+    """A layer's tensors (``LayerWeights`` without its Python-side fields), for the decode
+    step's scripted layer."""
+
+    qkv: ProjectionTensors
+    o: ProjectionTensors
+    gate_up: ProjectionTensors
+    down: ProjectionTensors
+    input_norm: torch.Tensor
+    mlp_norm: torch.Tensor
+    qk_norm: Optional[torch.Tensor]
+    attn_out_norm: Optional[torch.Tensor]
+    mlp_out_norm: Optional[torch.Tensor]
 
 
 @dataclass

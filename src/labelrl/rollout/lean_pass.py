@@ -107,7 +107,7 @@ class LeanWeights:
     n_kv_heads: int
     head_dim: int
     rotary: nn.Module
-    round_norm_after_weight: bool = False  # read by fast_decode._rope_qk; Gemma's norms only
+    round_norm_after_weight: bool = False  # passed to fast_decode._rope_qk; Gemma's norms only
 
 
 def _lora_layer_reason(module: nn.Module, where: str, training: bool) -> str | None:
@@ -237,7 +237,8 @@ def _layer(w: LeanWeights, layer: LeanLayer, x: torch.Tensor, cos: torch.Tensor,
     columns that are not real)."""
     h_q, h_kv, d = w.n_heads, w.n_kv_heads, w.head_dim
     qkv = layer.qkv(_norm(x, layer.input_norm, w.eps)).view(-1, h_q + 2 * h_kv, d)
-    qk, v = _rope_qk(w, layer, qkv[:, : h_q + h_kv], cos, sin), qkv[:, h_q + h_kv:]
+    qk = _rope_qk(qkv[:, : h_q + h_kv], cos, sin, layer.qk_norm, w.eps, w.round_norm_after_weight)
+    v = qkv[:, h_q + h_kv:]
     outputs, seen, start = [], None, 0
     for segment, mask in zip(segments, masks):
         (n, s), end = segment.ids.shape, start + segment.size
