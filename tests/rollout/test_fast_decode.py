@@ -337,6 +337,7 @@ def trained_lora(base):
     return wrapped
 
 
+@pytest.mark.numerics
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("name", ["llama", *FAMILIES])
 def test_the_scripted_decode_layer_computes_what_the_python_function_computes(name, dtype, prompt_layout, monkeypatch):
