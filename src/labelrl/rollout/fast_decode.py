@@ -437,7 +437,6 @@ class FastLlamaDecoder:
         like = torch.empty(0, dtype=torch.float32, device=device)  # the rotary embedding is applied in fp32
         self.tables = _tables(weights, int(self.positions.max()) + max_new_tokens, like)
         self.scale = _scale(weights)
-        self._tensors, self._tensors_of = [], None  # each layer's LayerTensors, of the weights self.w
 
     def select(self, rows: torch.Tensor) -> None:
         """Keep only ``rows`` (indices into the current rows, ascending); a group none of whose
@@ -489,11 +488,9 @@ class FastLlamaDecoder:
         slots = None if n == self.mask.shape[0] * per else self.slots  # None: every slot holds a live row
         tables = {key: (cos[self.positions][:, None], sin[self.positions][:, None])  # [N, 1, D]
                   for key, (cos, sin) in self.tables.items()}
-        if self._tensors_of is not w:  # a refold replaces the weights
-            self._tensors, self._tensors_of = [layer.tensors for layer in w.layers], w
         run_layer = decode_layer()
         x = _embed(w, tokens)  # [N, hidden], the fp32 residual stream
-        for layer, tensors, keys, values in zip(w.layers, self._tensors, self.keys, self.values):
+        for layer, tensors, keys, values in zip(w.layers, w.layer_tensors, self.keys, self.values):
             start, mask = masks[layer.sliding_window]
             x = run_layer(x, tensors, keys, values, mask, *tables[layer.rope_key], start, column, per, slots, w.n_heads,
                           w.n_kv_heads, self.scale, w.eps, w.dtype, w.round_norm_after_weight, w.activation)

@@ -26,6 +26,7 @@ from __future__ import annotations
 import math
 import weakref
 from dataclasses import dataclass
+from functools import cached_property
 from typing import List, NamedTuple, Optional, Union
 
 import torch
@@ -294,6 +295,11 @@ class LlamaWeights:
     # Where the q/k norm rounds to the compute dtype: Qwen3 rounds the normalised vector and
     # then multiplies by w (in fp32); Gemma multiplies by 1 + w and rounds the product.
     round_norm_after_weight: bool = False
+
+    @cached_property
+    def layer_tensors(self) -> list[LayerTensors]:
+        """Each layer's tensors, gathered once for the decode steps that read them."""
+        return [layer.tensors for layer in self.layers]
 
     @property
     def has_low_rank(self) -> bool:
