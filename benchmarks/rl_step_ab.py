@@ -28,8 +28,9 @@ change and the other runs the default:
 - ``blocks``: each adapter group's B factors as one block-diagonal product (its zero blocks
   multiplied too) against equal blocks in one batched product (``fused.block_layout``), in the
   sampler and the training pass;
-- ``script``: the decode step's layer as a Python function, each of its tensor operations a
-  Python call, against the same function compiled by TorchScript (``fast_decode.decode_layer``);
+- ``script``: the decode step's layers as Python functions, each of their tensor operations a
+  Python call, against the same functions compiled by TorchScript as one call
+  (``fast_decode.decode_layers``);
 - ``shared-prompt``: the decoder's cache with the prompt's keys and values copied to each of its
   G rows against one copy per prompt read once for them (``fast_decode.FastLlamaDecoder``);
 - ``all``: the module pass with prompts prefilled whole against the default (``training-pass``
@@ -79,12 +80,12 @@ def _bf16_project_add(t: fused.ProjectionTensors, residual: torch.Tensor, x: tor
 
 @contextlib.contextmanager
 def bf16_update():
-    """The adapter's update in bf16, in the sampler (its decode layer run as Python, where the
+    """The adapter's update in bf16, in the sampler (its decode layers run as Python, where the
     functions replaced here are looked up) and in the training pass."""
     import labelrl.rollout.fast_decode as fast_decode
 
     kept = (fused.project, fused.project_add, fast_decode.project, fast_decode.project_add, fused.low_rank,
-            fast_decode.SCRIPT_DECODE_LAYER)
+            fast_decode.SCRIPT_DECODE_LAYERS)
 
     def bf16_low_rank(modules):
         update = kept[4](modules)
@@ -92,13 +93,13 @@ def bf16_update():
 
     fused.project = fast_decode.project = _bf16_project
     fused.project_add = fast_decode.project_add = _bf16_project_add
-    fused.low_rank, fast_decode.SCRIPT_DECODE_LAYER = bf16_low_rank, False
+    fused.low_rank, fast_decode.SCRIPT_DECODE_LAYERS = bf16_low_rank, False
     try:
         with peft_adapter_forward():  # the module pass, where peft's forward runs
             yield
     finally:
         (fused.project, fused.project_add, fast_decode.project, fast_decode.project_add, fused.low_rank,
-         fast_decode.SCRIPT_DECODE_LAYER) = kept
+         fast_decode.SCRIPT_DECODE_LAYERS) = kept
 
 
 @contextlib.contextmanager
@@ -252,17 +253,17 @@ def block_diagonal_updates():
 
 
 @contextlib.contextmanager
-def python_decode_layer():
-    """The decode step's layer run as the Python function, each tensor operation a Python call
-    (before ``fast_decode.decode_layer``)."""
+def python_decode_layers():
+    """The decode step's layers run as the Python functions, each tensor operation a Python call
+    (before ``fast_decode.decode_layers``)."""
     import labelrl.rollout.fast_decode as fast_decode
 
-    kept = fast_decode.SCRIPT_DECODE_LAYER
-    fast_decode.SCRIPT_DECODE_LAYER = False
+    kept = fast_decode.SCRIPT_DECODE_LAYERS
+    fast_decode.SCRIPT_DECODE_LAYERS = False
     try:
         yield
     finally:
-        fast_decode.SCRIPT_DECODE_LAYER = kept
+        fast_decode.SCRIPT_DECODE_LAYERS = kept
 
 
 @contextlib.contextmanager
@@ -288,7 +289,7 @@ COMPARISONS = {
                       ("one copy per prompt (default)", _no_run(contextlib.nullcontext))),
     "blocks": (("block-diagonal B", _no_run(block_diagonal_updates)),
                ("B in equal blocks (default)", _no_run(contextlib.nullcontext))),
-    "script": (("decode layer in Python", _no_run(python_decode_layer)),
+    "script": (("decode layers in Python", _no_run(python_decode_layers)),
                ("scripted (default)", _no_run(contextlib.nullcontext))),
     "small": (("draw, AdamW, groups as before", before_small), ("default", _no_run(contextlib.nullcontext))),
     "all": (("module pass, prompts whole", _no_run(before_both)), ("default", _no_run(contextlib.nullcontext))),

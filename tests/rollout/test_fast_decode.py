@@ -340,8 +340,8 @@ def trained_lora(base):
 @pytest.mark.numerics
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("name", ["llama", *FAMILIES])
-def test_the_scripted_decode_layer_computes_what_the_python_function_computes(name, dtype, prompt_layout, monkeypatch):
-    # TorchScript runs the layer's tensor operations without a Python call each: the same
+def test_the_scripted_decode_layers_compute_what_the_python_functions_compute(name, dtype, prompt_layout, monkeypatch):
+    # TorchScript runs the layers' tensor operations without a Python call each: the same
     # operations, so every step's logits are bit-identical. The trained adapter runs the low-rank
     # updates (gate/up in blocks, q/k/v block-diagonal), and dropping one row at step 2 and the
     # last at step 3 runs the decoder's path for slots whose row has finished.
@@ -353,8 +353,8 @@ def test_the_scripted_decode_layer_computes_what_the_python_function_computes(na
     tokens = [torch.randint(1, 100, (rows - (step >= 2) - (step >= 3),), generator=generator) for step in range(5)]
     logits = {}
     for scripted in (True, False):
-        monkeypatch.setattr(fast_decode, "SCRIPT_DECODE_LAYER", scripted)
-        assert isinstance(fast_decode.decode_layer(), torch.jit.ScriptFunction) == scripted
+        monkeypatch.setattr(fast_decode, "SCRIPT_DECODE_LAYERS", scripted)
+        assert isinstance(fast_decode.decode_layers(), torch.jit.ScriptFunction) == scripted
         with torch.inference_mode():
             first, stepper = _prefill(model, PROMPTS, group_size, 0, fuse_llama(model, dtype=dtype), 6, dtype)
             logits[scripted] = [first]
@@ -367,7 +367,7 @@ def test_the_scripted_decode_layer_computes_what_the_python_function_computes(na
     assert logits[True][-1].shape[0] == rows - 2
 
 
-def test_a_torch_that_cannot_script_the_layer_decodes_with_the_python_function(model, monkeypatch):
+def test_a_torch_that_cannot_script_the_layers_decodes_with_the_python_functions(model, monkeypatch):
     import labelrl.rollout.fast_decode as fast_decode
 
     def refuse(function):
@@ -375,7 +375,7 @@ def test_a_torch_that_cannot_script_the_layer_decodes_with_the_python_function(m
 
     monkeypatch.setattr(fast_decode, "_SCRIPTED", {})
     monkeypatch.setattr(torch.jit, "script", refuse)
-    assert fast_decode.decode_layer() is fast_decode._decode_layer
+    assert fast_decode.decode_layers() is fast_decode._decode_layers
     fast = run(model, True)
     assert fast.timings["fast_decode"] == 1.0
     assert fast.completion_ids == run(model, False).completion_ids

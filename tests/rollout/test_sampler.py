@@ -187,14 +187,23 @@ def test_same_seed_same_samples_and_generator_continues(model):
     assert run(on=fresh) != unseeded  # … and the global generator advanced
 
 
-def test_sampling_leaves_train_mode_and_dropout_state_as_found():
-    # With attention dropout 0.5 in train mode, the output would be random; sampling must
-    # switch dropout off, then restore each module's own flag.
+@pytest.mark.parametrize("fast", [True, False])
+def test_sampling_leaves_train_mode_and_dropout_state_as_found(fast):
+    # With attention dropout 0.5 in train mode, the model's own forward would be random:
+    # sampling through it must switch dropout off, then restore each module's own flag. The
+    # fast path runs no module (it reads the weights), so it leaves every flag alone.
     drop_model = tiny_llama(attention_dropout=0.5)
-    reference = greedy(drop_model, PROMPTS, 1, 6, eos=[]).completion_ids
+
+    def run():
+        return sample_groups(drop_model, PROMPTS, group_size=1, max_new_tokens=6, eos_token_ids=[], pad_token_id=0,
+                             temperature=0, fast=fast)
+
+    reference = run()
     drop_model.train()
     drop_model.model.layers[1].eval()
-    assert greedy(drop_model, PROMPTS, 1, 6, eos=[]).completion_ids == reference
+    again = run()
+    assert again.timings["fast_decode"] == float(fast)
+    assert again.completion_ids == reference.completion_ids
     assert drop_model.training and drop_model.model.layers[0].training
     assert not drop_model.model.layers[1].training
 

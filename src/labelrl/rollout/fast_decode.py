@@ -19,8 +19,8 @@ per layer:
   rows, packed as query rows (GQA without repeating the cache);
   the rotary embedding of each row's new position comes from a cos/sin table built once by
   the model's own rotary module (one table per layer type for Gemma 3);
-* a layer is one call: its ~60 tensor operations, written as functions of tensors, are compiled
-  once per process by TorchScript (``decode_layer``), which runs the same ATen operations
+* a step's layers are one call: their tensor operations, written as functions of tensors, are compiled
+  once per process by TorchScript (``decode_layers``), which runs the same ATen operations
   without a Python call each (the Python function where TorchScript cannot compile it).
 
 What each family adds to Llama's layer, as transformers 5.19 computes it (``modeling_qwen2``,
@@ -54,7 +54,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from typing import Optional
+from typing import List, Optional
 
 import torch
 import torch.nn.functional as F
@@ -197,7 +197,7 @@ def _tables(weights: LlamaWeights, n_positions: int, like: torch.Tensor) -> dict
 # --- one layer, as the model computes it (shared by the prefill and the decode step) ---------
 
 # These are functions of tensors, with typing's annotations, so that TorchScript can compile the
-# decode step's layer from them (``decode_layer``); the prefill and the training pass call them too.
+# decode step's layer from them (``decode_layers``); the prefill and the training pass call them too.
 
 def _norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     return F.rms_norm(x, x.shape[-1:], weight, eps)
@@ -488,12 +488,12 @@ class FastLlamaDecoder:
         slots = None if n == self.mask.shape[0] * per else self.slots  # None: every slot holds a live row
         tables = {key: (cos[self.positions][:, None], sin[self.positions][:, None])  # [N, 1, D]
                   for key, (cos, sin) in self.tables.items()}
-        run_layer = decode_layer()
-        x = _embed(w, tokens)  # [N, hidden], the fp32 residual stream
-        for layer, tensors, keys, values in zip(w.layers, w.layer_tensors, self.keys, self.values):
-            start, mask = masks[layer.sliding_window]
-            x = run_layer(x, tensors, keys, values, mask, *tables[layer.rope_key], start, column, per, slots, w.n_heads,
-                          w.n_kv_heads, self.scale, w.eps, w.dtype, w.round_norm_after_weight, w.activation)
+        # per layer: its mask, first column and rotary table (sliding and global layers differ)
+        starts, layer_masks = zip(*(masks[layer.sliding_window] for layer in w.layers))
+        cos, sin = zip(*(tables[layer.rope_key] for layer in w.layers))
+        x = decode_layers()(_embed(w, tokens), w.layer_tensors, self.keys, self.values, list(layer_masks), list(cos),
+                            list(sin), list(starts), column, per, slots, w.n_heads, w.n_kv_heads, self.scale, w.eps,
+                            w.dtype, w.round_norm_after_weight, w.activation)
         self.step_index += 1
         self.positions = self.positions + 1
         return _logits(w, x)
@@ -532,23 +532,35 @@ def _decode_layer(x: torch.Tensor, layer: LayerTensors, keys: torch.Tensor, valu
     return _mlp_residual(x, layer.mlp_norm, layer.gate_up, layer.down, layer.mlp_out_norm, dtype, eps, activation)
 
 
+def _decode_layers(x: torch.Tensor, layers: List[LayerTensors], keys: List[torch.Tensor], values: List[torch.Tensor],
+                   masks: List[torch.Tensor], cos: List[torch.Tensor], sin: List[torch.Tensor], starts: List[int],
+                   column: int, per: int, slots: Optional[torch.Tensor], n_heads: int, n_kv_heads: int, scale: float,
+                   eps: float, dtype: torch.dtype, round_norm_after_weight: bool, activation: str) -> torch.Tensor:
+    """Every layer of ``FastLlamaDecoder.step`` in turn (``_decode_layer``), layer i with the
+    i-th entry of each list: its tensors, cache, mask, rotary table and first column."""
+    for i in range(len(layers)):
+        x = _decode_layer(x, layers[i], keys[i], values[i], masks[i], cos[i], sin[i], starts[i], column, per, slots,
+                          n_heads, n_kv_heads, scale, eps, dtype, round_norm_after_weight, activation)
+    return x
+
+
 # A decode step is ~60 small tensor operations per layer at a few rows, and calling each from
-# Python costs about as much as running it: compiled by TorchScript, a layer is one call.
-# SCRIPT_DECODE_LAYER = False runs the Python function (the same operations, the same results).
-SCRIPT_DECODE_LAYER = True
+# Python costs about as much as running it: compiled by TorchScript, the step's layers are one
+# call. SCRIPT_DECODE_LAYERS = False runs the Python functions (the same operations, the same results).
+SCRIPT_DECODE_LAYERS = True
 _SCRIPTED: dict = {}
 
 
-def decode_layer():
-    """``_decode_layer`` compiled by TorchScript (once per process), or the Python function where
-    ``SCRIPT_DECODE_LAYER`` is off or this torch cannot compile it."""
-    if not SCRIPT_DECODE_LAYER:
-        return _decode_layer
-    if "layer" not in _SCRIPTED:
+def decode_layers():
+    """``_decode_layers`` compiled by TorchScript (once per process), or the Python function where
+    ``SCRIPT_DECODE_LAYERS`` is off or this torch cannot compile it."""
+    if not SCRIPT_DECODE_LAYERS:
+        return _decode_layers
+    if "layers" not in _SCRIPTED:
         try:
             with warnings.catch_warnings():  # torch 2.13 marks torch.jit deprecated; its compiled functions still run
                 warnings.simplefilter("ignore")
-                _SCRIPTED["layer"] = torch.jit.script(_decode_layer)
+                _SCRIPTED["layers"] = torch.jit.script(_decode_layers)
         except Exception:  # noqa: BLE001 — any failure to compile leaves the Python function, which computes the same
-            _SCRIPTED["layer"] = _decode_layer
-    return _SCRIPTED["layer"]
+            _SCRIPTED["layers"] = _decode_layers
+    return _SCRIPTED["layers"]

@@ -156,21 +156,18 @@ class Projection:
 
 
 # --- a projection as functions of its tensors ---------------------------------------------------
-# The decode step runs a layer as one TorchScript function (``fast_decode.decode_layer``), which
-# can call these but not the classes above; the classes call them too, so the arithmetic is
-# written once. Annotations are typing's, which TorchScript reads.
-
-class ProjectionTensors(NamedTuple):
-    """A projection's tensors: the oneDNN-packed base, or the plain weight where there is no
-    packing; the bias; the low-rank update's stacked A factors and its Bᵀ in one of
-    ``LowRank``'s two forms (``a`` None: no update)."""
-
-    packed: Optional[torch.Tensor]
-    weight: Optional[torch.Tensor]
-    bias: Optional[torch.Tensor]
-    a: Optional[torch.Tensor]
-    b_t: Optional[torch.Tensor]
-    blocks: Optional[torch.Tensor]
+# The decode step runs its layers as one TorchScript function (``fast_decode.decode_layers``),
+# which can call these but not the classes above; the classes call them too, so the arithmetic
+# is written once. Annotations are typing's, which TorchScript reads. The NamedTuples use the
+# functional form, whose field types are objects: this module's postponed annotations would
+# leave strings that TorchScript cannot resolve inside List[LayerTensors].
+ProjectionTensors = NamedTuple("ProjectionTensors", [
+    ("packed", Optional[torch.Tensor]), ("weight", Optional[torch.Tensor]), ("bias", Optional[torch.Tensor]),
+    ("a", Optional[torch.Tensor]), ("b_t", Optional[torch.Tensor]), ("blocks", Optional[torch.Tensor]),
+])
+ProjectionTensors.__doc__ = """A projection's tensors: the oneDNN-packed base, or the plain weight where there is no
+packing; the bias; the low-rank update's stacked A factors and its Bᵀ in one of ``LowRank``'s
+two forms (``a`` None: no update)."""
 
 
 def base_product(t: ProjectionTensors, x: torch.Tensor) -> torch.Tensor:
@@ -257,19 +254,14 @@ class LayerWeights:
                             self.mlp_norm, self.qk_norm, self.attn_out_norm, self.mlp_out_norm)
 
 
-class LayerTensors(NamedTuple):
-    """A layer's tensors (``LayerWeights`` without its Python-side fields), for the decode
-    step's scripted layer."""
-
-    qkv: ProjectionTensors
-    o: ProjectionTensors
-    gate_up: ProjectionTensors
-    down: ProjectionTensors
-    input_norm: torch.Tensor
-    mlp_norm: torch.Tensor
-    qk_norm: Optional[torch.Tensor]
-    attn_out_norm: Optional[torch.Tensor]
-    mlp_out_norm: Optional[torch.Tensor]
+# Functional form, as ProjectionTensors.
+LayerTensors = NamedTuple("LayerTensors", [
+    ("qkv", ProjectionTensors), ("o", ProjectionTensors), ("gate_up", ProjectionTensors), ("down", ProjectionTensors),
+    ("input_norm", torch.Tensor), ("mlp_norm", torch.Tensor), ("qk_norm", Optional[torch.Tensor]),
+    ("attn_out_norm", Optional[torch.Tensor]), ("mlp_out_norm", Optional[torch.Tensor]),
+])
+LayerTensors.__doc__ = """A layer's tensors (``LayerWeights`` without its Python-side fields), for the decode
+step's scripted layers."""
 
 
 @dataclass
