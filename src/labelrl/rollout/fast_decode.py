@@ -19,9 +19,10 @@ per layer:
   rows, packed as query rows (GQA without repeating the cache);
   the rotary embedding of each row's new position comes from a cos/sin table built once by
   the model's own rotary module (one table per layer type for Gemma 3);
-* a step's layers are one call: their tensor operations, written as functions of tensors, are compiled
-  once per process by TorchScript (``decode_layers``), which runs the same ATen operations
-  without a Python call each (the Python function where TorchScript cannot compile it).
+* a step's layers are one call: their tensor operations, written as functions of tensors, are
+  compiled once per process by TorchScript (``decode_layers``), which runs the same ATen
+  operations without a Python call each (the Python functions where TorchScript cannot compile
+  them).
 
 What each family adds to Llama's layer, as transformers 5.19 computes it (``modeling_qwen2``,
 ``modeling_qwen3``, ``modeling_gemma3``): Qwen2 biases on q/k/v; Qwen3 an RMSNorm over each
@@ -197,7 +198,7 @@ def _tables(weights: LlamaWeights, n_positions: int, like: torch.Tensor) -> dict
 # --- one layer, as the model computes it (shared by the prefill and the decode step) ---------
 
 # These are functions of tensors, with typing's annotations, so that TorchScript can compile the
-# decode step's layer from them (``decode_layers``); the prefill and the training pass call them too.
+# decode step's layers from them (``decode_layers``); the prefill and the training pass call them too.
 
 def _norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     return F.rms_norm(x, x.shape[-1:], weight, eps)
