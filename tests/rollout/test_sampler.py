@@ -51,9 +51,9 @@ def small_vocab_model():
     return tiny_llama(vocab=16, seed=3, init_range=0.3)
 
 
-def greedy(model, prompts, group_size, max_new_tokens, eos):
+def greedy(model, prompts, group_size, max_new_tokens, eos, fast=True):
     return sample_groups(model, prompts, group_size=group_size, max_new_tokens=max_new_tokens,
-                         eos_token_ids=eos, pad_token_id=0, temperature=0)
+                         eos_token_ids=eos, pad_token_id=0, temperature=0, fast=fast)
 
 
 def hf_greedy(model, prompts, group_size, max_new_tokens, eos):
@@ -193,15 +193,10 @@ def test_sampling_leaves_train_mode_and_dropout_state_as_found(fast):
     # sampling through it must switch dropout off, then restore each module's own flag. The
     # fast path runs no module (it reads the weights), so it leaves every flag alone.
     drop_model = tiny_llama(attention_dropout=0.5)
-
-    def run():
-        return sample_groups(drop_model, PROMPTS, group_size=1, max_new_tokens=6, eos_token_ids=[], pad_token_id=0,
-                             temperature=0, fast=fast)
-
-    reference = run()
+    reference = greedy(drop_model, PROMPTS, 1, 6, eos=[], fast=fast)
     drop_model.train()
     drop_model.model.layers[1].eval()
-    again = run()
+    again = greedy(drop_model, PROMPTS, 1, 6, eos=[], fast=fast)
     assert again.timings["fast_decode"] == float(fast)
     assert again.completion_ids == reference.completion_ids
     assert drop_model.training and drop_model.model.layers[0].training
