@@ -1,11 +1,12 @@
 """Will the largest batch fit? A memory preflight, and activation checkpointing when it won't.
 
 Training memory is the model and what the process already holds (measured: resident memory
-now, or CUDA's allocation), the optimizer state (a gradient and AdamW's two moments per
-trainable parameter, fp32: 12 bytes each), the activations the forward pass saves for the
-backward pass, and the logits of the positions the loss reads. The activations are measured,
-not guessed: ``probe_activations`` runs two short forward passes (1 × 32 and 1 × 64 tokens)
-with ``torch.autograd.graph.saved_tensors_hooks`` and sums the storages saved for backward
+now, once the heap's free pages are handed back to the system, or CUDA's allocation), the
+optimizer state (a gradient and AdamW's two moments per trainable parameter, fp32: 12 bytes
+each), the activations the forward pass saves for the backward pass, and the logits of the
+positions the loss reads. The activations are measured, not guessed: ``probe_activations``
+runs two short forward passes (1 × 32 and 1 × 64 tokens) with
+``torch.autograd.graph.saved_tensors_hooks`` and sums the storages saved for backward
 (parameters excluded); a straight line through the two gives a fixed part (under bf16
 autocast, the bf16 copies of frozen weights) and a per-token part, which scales to the
 largest batch. The attention here never saves an L×L matrix (SDPA's flash kernel on CPU keeps
@@ -29,6 +30,14 @@ recomputed layers, not the one layer's share the tensors alone would need). The 
 prediction scales by these factors, rounded up (``HEAP_GROWTH``); the saved activations
 themselves stay measured, not guessed.
 
+What glibc keeps resident after an earlier run in the same process (a learning-rate grid
+trains several runs in one) is not held: the freed chunks stay in the heap, and the next run
+reuses them. Read as held, they had the second SFT run of the demo's sms-spam grid predicted at
+7.1 GiB against the first's 4.2 for the same batches. So before reading resident memory the
+preflight collects garbage and calls glibc's ``malloc_trim``, which returns the heap's whole free
+pages (``release_free_heap``; elsewhere only the garbage collection runs): the two runs were then
+predicted at 4,155 and 4,372 MB, and the process peaked at 4,179 MB, in the first run.
+
 ``--gradient-checkpointing`` forces it on or off; unset, it is turned on when the predicted
 peak of the largest batch exceeds ``--memory-budget`` (GiB; default half the machine's
 memory, or of the GPU's) and the checkpointed prediction is below both the budget and the
@@ -37,6 +46,9 @@ plain one; when neither fits, the plan names the options that shrink the batch.
 
 from __future__ import annotations
 
+import ctypes
+import functools
+import gc
 import os
 from dataclasses import asdict, dataclass
 from typing import Callable
@@ -104,6 +116,28 @@ def current_bytes(device: torch.device) -> int:
             return int(handle.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
     except (OSError, ValueError, IndexError):
         return peak_resident_bytes()
+
+
+@functools.cache
+def _malloc_trim():
+    """glibc's ``malloc_trim(size_t pad)``, or None where the C library has none (musl, macOS,
+    Windows)."""
+    try:
+        trim = ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError, TypeError):
+        return None
+    trim.argtypes, trim.restype = [ctypes.c_size_t], ctypes.c_int
+    return trim
+
+
+def release_free_heap() -> None:
+    """Collect garbage, then hand the C heap's whole free pages back to the system (glibc's
+    ``malloc_trim(0)``, every arena), so that resident memory counts what the process holds
+    rather than what an earlier run in it freed (module doc)."""
+    gc.collect()
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)
 
 
 def peak_resident_bytes() -> int:
@@ -214,13 +248,16 @@ def plan_memory(model, dtype: torch.dtype, *, tokens: int, tokens_checkpointed: 
     ``labelrl.train.memory_rl``, its logits included once); else the plain probe's line prices
     ``tokens``. ``pass_holds_logits`` False: that pass never holds vocabulary-wide logits (the
     lean pass reads the vocabulary in slices, ``labelrl.rollout.token_logprobs``), so none of
-    their copies is added to it. Probes run after the process's memory is read: the heap they leave
-    behind is reused by the run, not added to it. Unforced, checkpointing is on only when the plain
+    their copies is added to it. Probes run after the process's memory is read (its free heap
+    pages handed back first, ``release_free_heap``): the heap they leave behind is reused by the
+    run, not added to it. Unforced, checkpointing is on only when the plain
     prediction is above the budget and the checkpointed one below both: RL's checkpointed pass
     forwards each prompt G times and can cost more. When neither fits, the plan names
     ``knobs``, the options that shrink the batch."""
     device = next(model.parameters()).device
     budget = memory_budget_bytes(budget_gib, device)
+    if device.type == "cpu":
+        release_free_heap()  # an earlier run's freed heap is not held (module doc)
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     logit_bytes = logit_positions * model.config.vocab_size * 4
     base = (current_bytes(device) + held_bytes + cast_weights_to_keep(model, dtype)
