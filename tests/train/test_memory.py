@@ -191,7 +191,6 @@ def test_a_run_started_from_a_large_process_reports_its_own_peak():
     assert 0 < child_peak < 1024, (parent_peak, child_peak)  # the child imports torch: a few hundred MB
 
 
-
 HOLES = """
 import json, torch
 from transformers import LlamaConfig, LlamaForCausalLM
