@@ -51,6 +51,48 @@ def test_plain_lines_give_the_count_the_elapsed_time_and_an_eta(fake_time):
     ]
 
 
+def test_with_work_the_eta_follows_the_work_and_the_count_stays_in_items(fake_time):
+    """Scoring takes its prompts shortest first: 16 short items done are 1/10 of the tokens, so
+    what is left takes 9 times as long, not 14/16 of the time so far."""
+    stream = io.StringIO()
+    with Counter(30, "scoring val", console=Console(file=stream, force_terminal=False), work=10_000) as count:
+        fake_time.now += 14
+        count.advance(16, work=1_000)
+        fake_time.now += 126
+        count.advance(14, work=9_000)
+    assert stream.getvalue().splitlines() == [
+        "scoring val: 0/30 items, 0:00:00 elapsed",
+        "scoring val: 16/30 items, 0:00:14 elapsed, eta 0:02:06",  # 14 s per 1,000 tokens × 9,000 left
+        "scoring val: 30/30 items, 0:02:20 elapsed",
+    ]
+    statuses: list[str] = []
+    with hosting(statuses.append):
+        with Counter(4, "x", work=40) as count:
+            fake_time.now += 10
+            count.advance(1, work=30)
+    assert statuses[1] == "x 1/4, eta 0:00:03"  # 30 of 40 tokens in 10 s
+
+
+def test_work_is_given_at_every_advance_or_never():
+    with pytest.raises(ValueError, match=r"give each advance's cost exactly when the counter has a total work"):
+        with Counter(2, "x", quiet=True, work=10) as count:
+            count.advance(1)
+    with pytest.raises(ValueError, match=r"give each advance's cost"):
+        with Counter(2, "x", quiet=True) as count:
+            count.advance(1, work=5)
+    with pytest.raises(ValueError, match=r"work=0: the total cost must be positive"):
+        Counter(2, "x", work=0)
+
+
+def test_a_terminal_bar_with_work_shows_the_items():
+    stream = io.StringIO()
+    with Counter(8, "scoring holdout", console=Console(file=stream, force_terminal=True, width=120), work=800) as count:
+        count.advance(3, work=100)
+        count.advance(5, work=700)
+    shown = stream.getvalue()
+    assert "8/8 items" in shown and "800" not in shown
+
+
 def test_the_end_line_is_printed_once(fake_time):
     stream = io.StringIO()
     with Counter(2, "x", console=Console(file=stream, force_terminal=False)) as count:

@@ -9,6 +9,9 @@
   the elapsed time and an ETA (elapsed / done × left).
 * Inside another live display (rich allows one per terminal), e.g. the step bar of a training
   run, the count goes to that display's status text instead (``hosting``).
+* ``work``: where units differ in cost (scoring takes its prompts shortest first, and a 3,000-token
+  text costs a hundred times a 30-token one), the caller gives the total work (tokens) and each
+  advance's share; the ETA and the bar then follow the work done, the count stays in units.
 
 Used by scoring (val, holdout, out-of-domain), the SmolLM2 conversion, distillation and
 relabelling; the training loops have their own step bar (``labelrl.train.progress``).
@@ -46,12 +49,16 @@ def clock(seconds: float) -> str:
 
 class Counter:
     """Counts ``total`` units of work (see the module docstring); ``plain`` prints lines even on a
-    terminal (``--quiet``: no bar), ``quiet`` shows nothing."""
+    terminal (``--quiet``: no bar), ``quiet`` shows nothing; ``work``: the units' total cost, each
+    ``advance`` then says its part of it, and the ETA is elapsed / work done × work left."""
 
     def __init__(self, total: int, description: str, *, unit: str = "items", plain: bool = False,
-                 quiet: bool = False, console=None) -> None:
+                 quiet: bool = False, console=None, work: float | None = None) -> None:
+        if work is not None and not work > 0:
+            raise ValueError(f"Counter work={work!r}: the total cost must be positive (or None to count units only)")
         self.total, self.description, self.unit, self.quiet, self.plain = total, description, unit, quiet, plain
         self.done = 0
+        self.work, self.work_done = work, 0.0
         self._lock = threading.Lock()  # advance may come from worker threads (endpoint requests)
         self._shown = -1  # the count of the last plain line
         self._console = console
@@ -71,26 +78,34 @@ class Counter:
 
         console = self._console or Console(stderr=True)
         if console.is_terminal and not self.plain:
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+            from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-            self._bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+            # the bar's own total is the work where there is one (its ETA then follows the work), the count is shown as text
+            self._bar = Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[count]}"),
                                  TextColumn(self.unit), TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(),
                                  console=console)
             self._bar.__enter__()
-            self._task = self._bar.add_task(self.description, total=self.total)
+            self._task = self._bar.add_task(self.description, total=self.total if self.work is None else self.work,
+                                            count=self._count())
         else:
             self._line()
         return self
 
-    def advance(self, n: int = 1) -> None:
+    def advance(self, n: int = 1, work: float | None = None) -> None:
+        """``n`` more units done; ``work``: their cost, required where the counter has a total work."""
+        if (work is None) != (self.work is None):
+            raise ValueError(f"Counter.advance(work={work!r}) on a counter with work={self.work!r}: give each advance's "
+                             "cost exactly when the counter has a total work")
         with self._lock:
             self.done += n
+            self.work_done += work or 0.0
             if self.quiet:
                 return
             if self._host is not None:
                 self._host(self._status())
             elif self._bar is not None:
-                self._bar.update(self._task, completed=self.done)
+                self._bar.update(self._task, completed=self.done if self.work is None else self.work_done,
+                                 count=self._count())
             elif time.monotonic() - self._last_line >= PLAIN_EVERY:
                 self._line()
 
@@ -104,19 +119,26 @@ class Counter:
         elif exc[0] is None and self._shown != self.done:
             self._line()
 
+    def _count(self) -> str:
+        return f"{self.done}/{self.total}"
+
     def _status(self) -> str:
-        return f"{self.description} {self.done}/{self.total}{self._eta()}"
+        return f"{self.description} {self._count()}{self._eta()}"
 
     def _eta(self) -> str:
-        """``, eta 0:01:03`` from the pace so far (elapsed / done × left); empty before the first unit."""
+        """``, eta 0:01:03`` from the pace so far (elapsed / done × left, in work where there is
+        one); empty before the first unit."""
         if not 0 < self.done < self.total:
             return ""
+        done, total = (self.done, self.total) if self.work is None else (self.work_done, self.work)
+        if not 0 < done < total:
+            return ""
         elapsed = time.monotonic() - self._started
-        return f", eta {clock(elapsed / self.done * (self.total - self.done))}"
+        return f", eta {clock(elapsed / done * (total - done))}"
 
     def _line(self) -> None:
         """``scoring val: 64/400 items, 0:00:12 elapsed, eta 0:01:03``."""
         self._last_line, self._shown = time.monotonic(), self.done
         out = self._console.file if self._console is not None else sys.stderr
-        print(f"{self.description}: {self.done}/{self.total} {self.unit}, {clock(self._last_line - self._started)} "
+        print(f"{self.description}: {self._count()} {self.unit}, {clock(self._last_line - self._started)} "
               f"elapsed{self._eta()}", file=out, flush=True)

@@ -91,3 +91,22 @@ def test_rl_and_eval_after_sft_fit_the_context_instead_of_failing(long_file, sma
     assert skipped["metrics"]["n"] == len(val_ids) - len(cut["ids"])
     with pytest.raises(ValueError, match=rf"^{len(cut['ids'])} of {len(val_ids)} val items do not fit the model's context"):
         run_eval(EvalConfig(run_or_model=str(tmp_path / "rl"), split="val", n_boot=0, on_long_item="error"))
+
+
+def test_rl_cuts_prompts_to_max_prompt_length_where_it_binds_before_the_context(long_file, small_context_model, tmp_path):
+    """A 256-token context leaves 240 tokens for a prompt at 16 new tokens; --max-prompt-length 96
+    binds first, as sft's --max-length does, so RL trains on texts cut as SFT's are."""
+    from labelrl.train.config import RLConfig
+    from labelrl.train.rl import run_rl
+
+    common = dict(model=str(small_context_model), data=str(long_file), steps=1, group_size=2, prompts_per_step=2,
+                  max_new_tokens=16, max_prompt_length=96, lora=False, quiet=True)
+    run_rl(RLConfig(**common, out=tmp_path / "rl"))
+    cut = json.loads((tmp_path / "rl" / "long_items_rl.json").read_text())
+    train_ids = set(json.loads((tmp_path / "rl" / "splits.json").read_text())["splits"]["train"])
+    assert cut["policy"] == "truncate" and set(cut["ids"]) == LONG & train_ids and cut["ids"]
+    assert cut["budgets"] == [96] * len(cut["ids"]) and all(n > 96 for n in cut["prompt_tokens"])
+
+    with pytest.raises(ValueError, match=rf"^{len(cut['ids'])} of {len(train_ids)} training items do not fit "
+                                         r"--max-prompt-length 96 .*raise --max-prompt-length$"):
+        run_rl(RLConfig(**common, out=tmp_path / "rl-error", on_long_item="error"))

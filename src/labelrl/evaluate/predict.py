@@ -259,7 +259,9 @@ def score_counted(model, tokenizer, prompts: list[list[int]], labels: LabelSpace
     """``score_labels`` of ``prompts`` [N, K], a batch at a time, with a count and an ETA
     (``labelrl.progress.Counter``): scoring a split of long texts takes minutes on a CPU. The
     prompts are taken in order of length, so each batch pads to a similar length; the rows come
-    back in the prompts' order."""
+    back in the prompts' order. The ETA follows the token positions scored (each batch padded to
+    its longest prompt), not the items: shortest first, the first items' pace would promise the
+    long ones far too soon."""
     import torch
 
     from labelrl.evaluate.score import score_labels
@@ -267,12 +269,14 @@ def score_counted(model, tokenizer, prompts: list[list[int]], labels: LabelSpace
 
     order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
     out = torch.zeros((len(prompts), labels.k))
-    with Counter(len(prompts), description, plain=plain) as count:
-        for start in range(0, len(order), batch_size):
-            rows = order[start : start + batch_size]
+    batches = [order[start : start + batch_size] for start in range(0, len(order), batch_size)]
+    # a batch's cost: its rows padded to its longest prompt
+    cost = [len(rows) * max(1, max(len(prompts[i]) for i in rows)) for rows in batches]
+    with Counter(len(prompts), description, plain=plain, work=sum(cost) or None) as count:
+        for rows, work in zip(batches, cost):
             out[rows] = score_labels(model, tokenizer, [prompts[i] for i in rows], labels, batch_size=batch_size,
                                      dtype=dtype or torch.float32).to(out.dtype)
-            count.advance(len(rows))
+            count.advance(len(rows), work=work)
     return out
 
 

@@ -83,6 +83,7 @@ class RLConfig(DataOptions, ModelOptions):
     group_size: int = Field(4, description="Completions sampled per prompt (G).")
     prompts_per_step: int = Field(2, ge=1, description="Prompts per step (B); a step samples B×G completions.")
     max_new_tokens: int = Field(32, ge=1, description="Token cap per completion.")
+    max_prompt_length: int = Field(512, ge=16, description="Longest prompt in tokens (TRL's max_prompt_length): a longer prompt's text is cut to fit, left out or refused by --on-long-item, as sft fits its items into --max-length, so SFT and RL train on the same texts and a step's memory stays bounded. The model's context minus --max-new-tokens bounds it too.")
     steps: int = Field(20, ge=1, description="Optimizer steps.")
     temperature: float = Field(1.0, gt=0, description="Sampling temperature.")
     top_p: float = Field(1.0, gt=0, le=1, description="Nucleus sampling mass.")

@@ -143,23 +143,26 @@ def start_run(cfg: RLConfig, accelerator=None) -> RLRun:
 
 
 def fit_train_prompts(cfg: RLConfig, run_dir: Path, data, tokenizer, model, main: bool) -> list[list[int]]:
-    """Prompt ids of the training items, each fitting the model's context with ``max_new_tokens``
-    to spare: ``--on-long-item`` cuts, leaves out or refuses the others (``labelrl.data.length``),
-    said before training and saved in ``RUN_DIR/long_items_rl.json``. ``data.train`` becomes the
-    items as prompted (cut texts included), so the rollout log shows what the model saw."""
+    """Prompt ids of the training items, each within ``--max-prompt-length`` and fitting the
+    model's context with ``max_new_tokens`` to spare: ``--on-long-item`` cuts, leaves out or
+    refuses the others (``labelrl.data.length``), said before training and saved in
+    ``RUN_DIR/long_items_rl.json``. ``data.train`` becomes the items as prompted (cut texts
+    included), so the rollout log shows what the model saw."""
     from labelrl.data.length import announce, fit_prompts
 
     context = getattr(getattr(model, "config", None), "max_position_embeddings", None)
-    if not context:  # no stated context: nothing to fit
-        return prompt_ids(tokenizer, data.train, data, cfg.mode)
-    if cfg.max_new_tokens >= context:
+    if context and cfg.max_new_tokens >= context:
         raise ValueError(f"--max-new-tokens {cfg.max_new_tokens} leaves no room for a prompt in the model's context of "
                          f"{context} tokens; lower --max-new-tokens")
+    if context and context - cfg.max_new_tokens < cfg.max_prompt_length:  # the context binds first
+        room, fix = context - cfg.max_new_tokens, "lower --max-new-tokens"
+        limit = f"the model's context of {context} tokens with --max-new-tokens {cfg.max_new_tokens} to spare"
+    else:
+        room, fix = cfg.max_prompt_length, "raise --max-prompt-length"
+        limit = f"--max-prompt-length {room}"
     _, data.train, prompts, report = fit_prompts(
-        tokenizer, data.train, lambda ex: prompt_ids(tokenizer, [ex], data, cfg.mode)[0], context - cfg.max_new_tokens,
-        policy=cfg.on_long_item, stage="training items",
-        limit=f"the model's context of {context} tokens with --max-new-tokens {cfg.max_new_tokens} to spare",
-        fix="lower --max-new-tokens",
+        tokenizer, data.train, lambda ex: prompt_ids(tokenizer, [ex], data, cfg.mode)[0], room,
+        policy=cfg.on_long_item, stage="training items", limit=limit, fix=fix,
     )
     if main:
         announce(report, run_dir / LONG_ITEMS_FILE)

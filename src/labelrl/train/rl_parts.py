@@ -128,7 +128,7 @@ def plan_rl_memory(cfg, model, dtype: torch.dtype, prompts: list[list[int]], sha
     return plan_memory(model, dtype, tokens=shared + prompts_here * (longest - shared + G * T),
                        tokens_checkpointed=prompts_here * G * (longest + T), logit_positions=prompts_here * G * T,
                        requested=cfg.gradient_checkpointing, budget_gib=cfg.memory_budget, held_bytes=held,
-                       knobs="--prompts-per-step, --group-size or --max-new-tokens",
+                       knobs="--prompts-per-step, --group-size, --max-new-tokens or --max-prompt-length",
                        pass_growth_bytes=lambda device: rl_pass_growth_bytes(model, shape, dtype, device),
                        pass_holds_logits=not lean)
 
