@@ -133,6 +133,35 @@ def test_quiet_shows_nothing_and_plain_forces_lines_on_a_terminal(fake_time):
     assert re.findall(r"y: \d/3 items", stream.getvalue()) == ["y: 0/3 items", "y: 3/3 items"]
 
 
+def test_scoring_batches_long_prompts_a_few_at_a_time_and_returns_rows_in_order(monkeypatch, fake_time):
+    """Short prompts keep whole batches; long ones go a few at a time (at most
+    SCORE_BATCH_POSITIONS padded positions), one that alone exceeds it goes alone; every prompt
+    is scored once and its row comes back where it was."""
+    import torch
+
+    from labelrl.evaluate import predict, score
+    from labelrl.types import LabelSpace
+
+    chunks: list[list[int]] = []
+
+    def fake_score(model, tokenizer, chunk, labels, *, batch_size, dtype):
+        chunks.append([len(p) for p in chunk])
+        return torch.tensor([[float(len(p)), 0.0] for p in chunk])
+
+    monkeypatch.setattr(score, "score_labels", fake_score)
+    budget = predict.SCORE_BATCH_POSITIONS
+    lengths = [3000, 20, 9000, 25, 2500, 30, 3100, 10, 2900] + [40] * 20
+    prompts = [[1] * n for n in lengths]
+    probs = predict.score_counted(None, None, prompts, LabelSpace(("a", "b"), "binary"), batch_size=16,
+                                  description="scoring val", plain=True)
+    assert probs[:, 0].tolist() == [float(n) for n in lengths]  # each row where its prompt was
+    assert sorted(n for chunk in chunks for n in chunk) == sorted(lengths)
+    assert all(len(chunk) <= 16 for chunk in chunks)
+    assert all(len(chunk) * max(chunk) <= budget or len(chunk) == 1 for chunk in chunks)
+    assert chunks[0] == [10, 20, 25, 30] + [40] * 12  # short prompts: a whole batch
+    assert [9000] in chunks and [2500, 2900] in chunks and [3000, 3100] in chunks
+
+
 def test_clock():
     assert clock(0) == "0:00:00" and clock(75.4) == "0:01:15" and clock(3723) == "1:02:03"
 

@@ -52,6 +52,10 @@ from labelrl.types import Dataset, Example, LabelSpace
 METHODS = ("scores", "generate")
 RUN_CONFIG_FILES = ("sft_config.yaml", "rl_config.yaml")
 REASONING_MAX_NEW_TOKENS = 256
+# Scoring's batches hold at most this many token positions (rows × the longest): texts of a few
+# thousand tokens then go a few at a time, so the count moves every few seconds and the batch's
+# activations stay small, while short texts keep whole batches (16 × 286 tokens for sms-spam).
+SCORE_BATCH_POSITIONS = 8192
 
 
 @dataclass
@@ -258,10 +262,10 @@ def score_counted(model, tokenizer, prompts: list[list[int]], labels: LabelSpace
                   plain: bool = False, dtype=None):
     """``score_labels`` of ``prompts`` [N, K], a batch at a time, with a count and an ETA
     (``labelrl.progress.Counter``): scoring a split of long texts takes minutes on a CPU. The
-    prompts are taken in order of length, so each batch pads to a similar length; the rows come
-    back in the prompts' order. The ETA follows the token positions scored (each batch padded to
-    its longest prompt), not the items: shortest first, the first items' pace would promise the
-    long ones far too soon."""
+    prompts are taken in order of length, so each batch pads to a similar length, at most
+    ``batch_size`` of them and ``SCORE_BATCH_POSITIONS`` padded positions (one long prompt goes
+    alone); the rows come back in the prompts' order. The ETA follows the token positions scored,
+    not the items: shortest first, the first items' pace would promise the long ones far too soon."""
     import torch
 
     from labelrl.evaluate.score import score_labels
@@ -269,9 +273,12 @@ def score_counted(model, tokenizer, prompts: list[list[int]], labels: LabelSpace
 
     order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
     out = torch.zeros((len(prompts), labels.k))
-    batches = [order[start : start + batch_size] for start in range(0, len(order), batch_size)]
-    # a batch's cost: its rows padded to its longest prompt
-    cost = [len(rows) * max(1, max(len(prompts[i]) for i in rows)) for rows in batches]
+    batches: list[list[int]] = []
+    for i in order:  # ascending length: the prompt added is the batch's longest
+        if not batches or len(batches[-1]) == batch_size or (len(batches[-1]) + 1) * len(prompts[i]) > SCORE_BATCH_POSITIONS:
+            batches.append([])
+        batches[-1].append(i)
+    cost = [len(rows) * max(1, len(prompts[rows[-1]])) for rows in batches]  # rows padded to the longest
     with Counter(len(prompts), description, plain=plain, work=sum(cost) or None) as count:
         for rows, work in zip(batches, cost):
             out[rows] = score_labels(model, tokenizer, [prompts[i] for i in rows], labels, batch_size=batch_size,
