@@ -22,6 +22,7 @@ TRUNCATED_FRAC = "rollout/truncated_frac"
 THINK_CLOSED_FRAC = "rollout/think_closed_frac"
 PARSE_FAIL_FRAC = "rollout/parse_fail_frac"
 ANSWER_SHARE = "rollout/answer_share"  # + "/<label>": share of the step's parsed answers (collapse detector)
+ANSWER_RECALL = "rollout/answer_recall"  # + "/<label>": share of the label's rollouts answering it (collapse detector)
 TOKENS_PER_S = "rollout/tokens_per_s"
 
 # groups/: the skip rule and what it does to the label mix

@@ -80,6 +80,7 @@ PRINTED_BY: dict[str, tuple[str, ...]] = {
     "ladder/default_recipe.py": ("ladder",),
     "cli/ladder.py": ("ladder",),
     "report/collect.py": ("report",),
+    "cli/plan.py": ("plan",),
     "rewards/grade.py": ("rl", "eval"),
     "rewards/grade.py:parse_class_rewards": ("rl",),  # --class-reward and --reward-table are rl's
     "rewards/grade.py:read_reward_table": ("rl",),

@@ -129,14 +129,16 @@ def test_sweep_command_writes_json_and_roc_plot(app, tmp_path):
     out = tmp_path / "sweep.json"
     result = runner.invoke(app, ["sweep", str(a), "--target-recall", "0.8", "--compare", str(b), "--json", str(out)])
     assert result.exit_code == 0, result.output
-    assert "rl.csv: reproduced: the same operating point within one item" in result.stdout
-    assert "tolerance one item of each class" in result.stdout
+    # rl.csv is the scored model thresholded: a vertex of its curve, ΔTPR 0 in every resample
+    assert "rl.csv: on the curve (ΔTPR at its FPR +0.000 [+0.000, +0.000]; agrees with the matched threshold on 1.000" in result.stdout
+    assert "95% paired bootstrap over items, 1000 of 1000 resamples, seed 0" in result.stdout
     report = json.loads(out.read_text())
     for key in ("roc_auc", "threshold_at_target_recall", "metrics_at_target_recall",
                 "best_balanced_accuracy_threshold", "best_balanced_accuracy"):
         assert report[key] is not None, key
     assert report["metrics_at_target_recall"]["recall"] >= 0.8
     assert report["compared"][0]["reproduced"] is True and report["compared"][0]["max_metric_difference"] < 1e-9
+    assert report["compared"][0]["distance"]["delta_tpr"] == 0.0 and report["compared"][0]["distance"]["ci"] == [0.0, 0.0]
     assert (tmp_path / "sweep.roc.png").is_file()
 
 

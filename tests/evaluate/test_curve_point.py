@@ -91,9 +91,12 @@ def test_replicates_match_an_independent_bootstrap_with_sklearn():
         auc = lambda s: roc_auc_score(is_spam[rows], s[rows])  # noqa: E731
         deltas.append(np.mean([auc(scores_b[j]) for j in runs_b[k]]) - np.mean([auc(scores_a[i]) for i in runs_a[k]]))
     point = np.mean([roc_auc_score(is_spam, s) for s in scores_b]) - np.mean([roc_auc_score(is_spam, s) for s in scores_a])
-    assert r["n_runs"] == [2, 2] and "2 vs 2 seeds" in r["curve"]
+    assert r["n_runs"] == [2, 2] and "2/2 seeds higher" in r["curve"]
     assert r["metrics"]["roc_auc"]["delta"] == pytest.approx(point, abs=1e-12)
     assert r["metrics"]["roc_auc"]["ci"] == pytest.approx(list(np.percentile(deltas, [2.5, 97.5])), abs=1e-12)
+    assert r["metrics"]["roc_auc"]["se"] == pytest.approx(np.std(deltas, ddof=1), abs=1e-12)
+    per_seed = [roc_auc_score(is_spam, scores_b[k]) - roc_auc_score(is_spam, scores_a[k]) for k in range(2)]
+    assert r["metrics"]["roc_auc"]["pair_deltas"] == pytest.approx(per_seed, abs=1e-12)
 
 
 def test_a_run_that_never_answers_positive_has_no_precision_and_stays_json():

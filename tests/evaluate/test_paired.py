@@ -79,3 +79,54 @@ def test_lower_grade_error_reads_as_better_and_higher_as_worse():
     assert gain["metrics"]["mean_abs_grade_error"]["delta"] == pytest.approx(-1.0)
     assert verdict_words(gain, "mean_abs_grade_error").startswith("better")
     assert verdict_words(loss, "mean_abs_grade_error").startswith("worse")
+
+
+def test_a_small_gain_whose_interval_covers_zero_reads_no_detectable_difference_with_what_it_could_detect():
+    # 200 items alternating ham/spam. A is wrong on items 0–59 (30 per class: BA 0.70), B on items
+    # 6–63 (29 per class: BA 0.71): Δ = +0.010 and Δacc = +2/200 = +0.010, from 10 discordant items
+    # (A alone wrong on 0–5, B alone on 60–63). A verdict reading only the sign of Δ says "better".
+    truth = ["spam" if i % 2 else "ham" for i in range(200)]
+    a, b = _with_errors(truth, set(range(60))), _with_errors(truth, set(range(6, 64)))
+    result = paired_comparison([preds(truth, a)], [preds(truth, b)], n_boot=2000)
+    m = result["metrics"]["balanced_accuracy"]
+    assert m["delta"] == pytest.approx(0.01)
+    assert result["metrics"]["accuracy"]["delta"] == pytest.approx(0.01)
+    # the spread of 10 discordant items: se ≈ √10 / 200 · √(1 − (2/10)²) ≈ 0.0155 per class-balanced item
+    assert 0.008 < m["se"] < 0.025
+    text = verdict_words(result)
+    assert text.startswith("no detectable difference"), text
+    # alone (a family of one): it could detect (1.960 + 0.842)·se
+    mde = (1.959964 + 0.841621) * m["se"]
+    assert f"could detect |BA| ≥ {mde:.3f}" in text
+    assert "1/1 seeds higher" in text
+    assert verdict_words(result, "accuracy").startswith("no detectable difference")
+
+
+def test_the_words_follow_the_family_decision_not_the_raw_interval():
+    # B is right on 6 of A's 60 errors (items 54–59, 3 per class): ΔBA = +0.03 from 6 discordant items,
+    # se ≈ 0.012, z ≈ 2.4, p ≈ 0.015: "better" alone. In a family of 41 where the other 40 show
+    # nothing, Holm's first step is 0.05/41 = 0.0012 < p: not rejected, "no detectable difference".
+    truth = ["spam" if i % 2 else "ham" for i in range(200)]
+    a, b = _with_errors(truth, set(range(60))), _with_errors(truth, set(range(54)))
+    result = paired_comparison([preds(truth, a)], [preds(truth, b)], n_boot=2000)
+    m = result["metrics"]["balanced_accuracy"]
+    assert m["ci"][0] > 0 and verdict_words(result).startswith("better")
+    from labelrl.evaluate.family import correct
+    family = correct([(m["delta"], m["se"])] + [(0.0, m["se"])] * 40)[0]
+    assert not family["reject"], family
+    result["family"] = {**family, "metric": "balanced_accuracy"}
+    text = verdict_words(result)
+    assert text.startswith("no detectable difference") and "Holm over 41" in text, text
+
+
+def test_seed_agreement_counts_the_pairs_of_runs_with_the_sign_of_delta():
+    # Two seeds per arm. Seed 0: B right on 10 more items than A (+0.10 BA); seed 1: B wrong on 2 more
+    # (−0.02): Δ = +0.04, higher in 1 of 2 seeds — and the per-seed differences are recorded as such.
+    truth = ["spam" if i % 2 else "ham" for i in range(100)]
+    a = [preds(truth, _with_errors(truth, set(range(30)))), preds(truth, _with_errors(truth, set(range(30))))]
+    b = [preds(truth, _with_errors(truth, set(range(20)))), preds(truth, _with_errors(truth, set(range(32))))]
+    result = paired_comparison(a, b, n_boot=400)
+    m = result["metrics"]["balanced_accuracy"]
+    assert m["pair_deltas"] == pytest.approx([0.10, -0.02])
+    assert m["delta"] == pytest.approx(0.04)
+    assert "1/2 seeds higher" in verdict_words(result)

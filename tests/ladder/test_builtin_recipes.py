@@ -1,4 +1,5 @@
-"""The built-in ``reasoning`` and ``noise`` recipes load and resolve every arm's config.
+"""The built-in ``reasoning`` and ``noise`` recipes load and resolve every arm's config, and give
+every SFT and RL arm the same tuning budget (a learning-rate grid chosen on val, as the demo's).
 
 ``tests/ladder/test_recipe.py`` does this for ``demo`` and ``gpu``; a recipe that names an
 option a command no longer has, or wires an arm to a missing parent, fails here before anyone
@@ -11,6 +12,7 @@ import pytest
 
 from labelrl.ladder.arms import arm_config
 from labelrl.ladder.recipe import FAMILY, load_recipe
+from labelrl.ladder.tune_grid import arm_grid
 
 
 def resolve_all(recipe, tmp_path) -> dict[str, object]:
@@ -28,6 +30,36 @@ def test_builtin_recipe_resolves_every_arm(tmp_path, name, fast):
         # each arm resolves to its family's config, writing into its own directory of the task
         out = getattr(cfg, "out", None)
         assert out is not None and str(tmp_path) in str(out), (key, out)
+
+
+def tuning_budgets(recipe, tmp_path) -> dict[str, tuple[str, int]]:
+    """TASK/ARM → (family, number of values its grid tries; 0 without a grid) for every SFT and RL run."""
+    out = {}
+    for task_name, task in recipe.tasks.items():
+        for arm_name, arm in task.arms.items():
+            family = FAMILY[arm.type]
+            if family in ("sft", "rl"):
+                grid = arm_grid(recipe, task_name, arm_name, arm_config(recipe, task_name, arm_name, tmp_path))
+                out[f"{task_name}/{arm_name}"] = (family, len(grid.candidates) if grid else 0)
+    return out
+
+
+@pytest.mark.parametrize("name, fast", [("reasoning", False), ("reasoning", True), ("noise", False), ("noise", True),
+                                        ("demo", False), ("demo", True)])
+def test_every_sft_and_rl_arm_of_a_builtin_recipe_tries_the_same_number_of_values(tmp_path, name, fast):
+    """DESIGN habit 13, as the demo does: every arm trained as carefully as the baseline. SFT and RL
+    arms each tune over a grid on val (at least two values) and every one tries as many values, so
+    RL is never run at one untuned rate against a tuned SFT (or the reverse), --fast included."""
+    budgets = tuning_budgets(load_recipe(name, fast=fast), tmp_path)
+    assert {family for family, _ in budgets.values()} == {"sft", "rl"}, budgets
+    sizes = {n for _, n in budgets.values()}
+    assert len(sizes) == 1 and min(sizes) >= 2, budgets
+
+
+def test_the_budget_check_catches_a_recipe_whose_rl_arms_do_not_tune(tmp_path):
+    """The check above fails on an arm without a grid: here noise.yaml with RL's grid removed."""
+    budgets = tuning_budgets(load_recipe("noise", sets=["defaults.rl.tune=null"]), tmp_path)
+    assert budgets["e10/grpo"] == ("rl", 0) and budgets["e10/sft"] == ("sft", 2)
 
 
 def test_the_reasoning_recipe_runs_grpo_in_reasoning_mode_from_a_direct_sft_model(tmp_path):

@@ -43,26 +43,34 @@ def answers(right: int) -> list[str]:
     return out
 
 
-@pytest.fixture
-def task(tmp_path) -> tuple[Path, dict]:
-    """sft (51 of 60 right), grpo collapsed to ham (flagged), dr_grpo not collapsed but worse than
-    sft (30 of 60 right), with val and holdout evaluations; the training sample is 30 ham, 20 spam."""
-    task_dir = tmp_path / "spam"
+def build_task(task_dir: Path, grpo_flag: dict = FLAG, extra: dict[str, list[str]] | None = None) -> dict:
+    """The task of the ``task`` fixture (below) in ``task_dir``, with ``grpo_flag`` as grpo's
+    collapse flag and ``extra`` RL arms (from sft, not collapsed) answering as given on val and
+    holdout; returns its analysed state."""
     runs = {"sft": predictions(answers(51), scores=True), "grpo": predictions(["ham"] * N),
-            "dr_grpo": predictions(answers(30))}
+            "dr_grpo": predictions(answers(30)), **{k: predictions(v) for k, v in (extra or {}).items()}}
     for name, pred in runs.items():
         for split in ("val", "holdout"):
             write_predictions(pred, task_dir / "eval" / f"{name}-{split}.parquet")
     atomic_write_json(task_dir / "samples.json", {"train": {"n": 50, "label_counts": {"ham": 30, "spam": 20}, "ids": []}})
     rl = {"type": "rl", "status": "done", "from": "sft", "seed": 0, "config": {}}
     arms = {"sft": {"type": "sft", "status": "done", "seed": 0, "config": {}},
-            "grpo": {**rl, "preset": "grpo", "train": {"failed_positive_frac": 0.1, "collapse": FLAG}},
-            "dr_grpo": {**rl, "preset": "dr_grpo", "train": {"failed_positive_frac": 0.2, "collapse": None}}}
+            "grpo": {**rl, "preset": "grpo", "train": {"failed_positive_frac": 0.1, "collapse": grpo_flag}},
+            "dr_grpo": {**rl, "preset": "dr_grpo", "train": {"failed_positive_frac": 0.2, "collapse": None}},
+            **{k: {**rl, "preset": "grpo", "train": {"failed_positive_frac": 0.1, "collapse": None}} for k in extra or {}}}
     tstate = {"kind": "binary", "labels": ["ham", "spam"], "positive_label": "spam", "success_threshold": None,
               "arms": arms, "arm_order": list(arms), "data": "toy", "ood": []}
     tstate["analysis"] = analyse_task(SimpleNamespace(n_boot=200), task_dir, tstate)
     tstate["verdict"] = tstate["analysis"]["verdict"]
-    return task_dir, tstate
+    return tstate
+
+
+@pytest.fixture
+def task(tmp_path) -> tuple[Path, dict]:
+    """sft (51 of 60 right), grpo collapsed to ham (flagged), dr_grpo not collapsed but worse than
+    sft (30 of 60 right), with val and holdout evaluations; the training sample is 30 ham, 20 spam."""
+    task_dir = tmp_path / "spam"
+    return task_dir, build_task(task_dir)
 
 
 def test_a_collapsed_arm_is_named_collapsed_never_worse(task):
@@ -131,9 +139,152 @@ def test_the_console_table_and_the_report_show_both(task, tmp_path):
     report = build_report(task_dir.parent, tmp_path / "report").markdown.read_text(encoding="utf-8")
     assert "majority class (ham)" in report and "against the majority class" in report
     grpo_rows = [line for line in report.splitlines() if line.startswith("| grpo |")]
-    assert grpo_rows and "collapsed to ham at step 5" in grpo_rows[0]
+    assert grpo_rows[0].startswith("| grpo | collapsed |")  # the verdict grid comes first (labelrl.ladder.grid)
+    assert any("collapsed to ham at step 5" in row for row in grpo_rows[1:])
     vs_sft_row = next(line for line in report.splitlines() if line.startswith("| grpo vs sft |"))
     assert "the collapse, not the method" in vs_sft_row and "worse" not in vs_sft_row
+
+
+def test_every_verdict_entry_says_whether_it_is_a_method_result(task):
+    _, tstate = task
+    # no run here has a metrics file or answers equal to its parent's: the keys are there, None
+    assert all(v["no_signal"] is None and v["unmoved"] is None for v in tstate["verdict"])
+
+
+# ---------------------------------------------------------------- inherited collapse
+
+
+def test_an_inherited_collapse_is_named_with_the_parent(tmp_path):
+    # grpo's start (its parent sft) was already collapsed to ham: still named, never silently, with the parent
+    tstate = build_task(tmp_path / "spam", grpo_flag={**FLAG, "inherited": True})
+    grpo = {v["arm"]: v for v in tstate["verdict"]}["grpo"]
+    assert grpo["collapsed"]["text"] == "collapsed to ham (inherited from sft)"
+    # the comparison it loses is worded as the collapse, like any other (catches a plain "worse")
+    assert grpo["text"].startswith("grpo: collapsed to ham (inherited from sft); vs sft: collapsed to ham "
+                                   "(inherited from sft) (ΔBA -")
+    assert grpo["vs_sft"].endswith(": the collapse, not the method)") and "worse" not in grpo["text"]
+    assert "at step" not in grpo["collapsed"]["text"]  # the run did not cause it at step 5
+
+
+def test_an_arm_stopped_on_an_inherited_collapse_names_the_parent():
+    from labelrl.ladder.collapse import stopped_entries
+
+    flag = {"label": "yes", "step": 2, "share": 1.0, "series": "val", "inherited": True}
+    tstate = {"arms": {"sft": {"type": "sft", "status": "done"},
+                       "grpo": {"type": "rl", "status": "collapsed", "from": "sft", "train": {"collapse": flag}}}}
+    (entry,) = stopped_entries(tstate)
+    assert entry["text"] == ("grpo: collapsed to yes (inherited from sft) (1.00 of the greedy val answers); "
+                             "on_collapse: stop, so not evaluated (no holdout look)")
+    assert entry["no_signal"] is None and entry["unmoved"] is None
+
+
+# ---------------------------------------------------------------- no learning signal
+
+
+def write_uniform(run_dir: Path, fracs: list[float]) -> None:
+    """metrics.jsonl with ``groups/uniform_frac`` per step."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "metrics.jsonl").write_text("".join(json.dumps({K.STEP: i + 1, K.UNIFORM_FRAC: f}) + "\n"
+                                                   for i, f in enumerate(fracs)), encoding="utf-8")
+
+
+def test_no_learning_signal_is_more_than_half_the_steps_uniform():
+    from labelrl.ladder.collapse import no_signal_text
+
+    # 4 of 6 steps with every group uniform (1.0): 4 > 6 / 2
+    assert no_signal_text([1.0, 1.0, 0.5, 1.0, 1.0, 0.0]) == "no learning signal (4 of 6 steps uniform)"
+    # 3 of 6 is half, not more than half (catches ≥); 0.99 is not a uniform step (catches a rounded test)
+    assert no_signal_text([1.0, 1.0, 1.0, 0.0, 0.0, 0.0]) is None
+    assert no_signal_text([0.99] * 6) is None
+    # steps without the metric are left out of n: 2 of 3 logged
+    assert no_signal_text([1.0, None, 1.0, 0.0]) == "no learning signal (2 of 3 steps uniform)"
+    assert no_signal_text([]) is None
+
+
+def test_no_learning_signal_is_read_from_the_run_files_per_seed(tmp_path):
+    from labelrl.ladder.collapse import group_no_signal
+
+    arms = {"a": {"type": "rl", "from": "sft"}, "a-s1": {"type": "rl", "from": "sft"}, "sft": {"type": "sft"}}
+    write_uniform(tmp_path / "a", [1.0] * 5 + [0.0])  # 5 of 6
+    write_uniform(tmp_path / "a-s1", [0.0] * 6)
+    write_uniform(tmp_path / "sft", [1.0] * 6)  # not an RL run: never judged
+    assert group_no_signal(arms, ["a"], tmp_path) == "no learning signal (5 of 6 steps uniform)"
+    assert group_no_signal(arms, ["a", "a-s1"], tmp_path) == "no learning signal in 1 of 2 seeds (a (5 of 6 steps uniform))"
+    assert group_no_signal(arms, ["a-s1"], tmp_path) is None and group_no_signal(arms, ["sft"], tmp_path) is None
+    assert group_no_signal(arms, ["a"], None) is None
+
+
+def test_a_run_without_learning_signal_is_not_a_result(tmp_path):
+    from labelrl.evaluate.paired import verdict_words
+    from labelrl.ladder.collapse import mark_collapsed
+
+    task_dir = tmp_path / "spam"
+    write_uniform(task_dir / "dr_grpo", [1.0, 1.0, 1.0, 1.0, 1.0, 0.25])  # 5 of 6 steps uniform
+    tstate = build_task(task_dir)
+    dr = {v["arm"]: v for v in tstate["verdict"]}["dr_grpo"]
+    assert dr["no_signal"] == "no learning signal (5 of 6 steps uniform)" and dr["unmoved"] is None
+    assert dr["text"].startswith("dr_grpo: no learning signal (5 of 6 steps uniform); vs sft: ")
+    # its paired comparisons, marked with the task directory: "not a result" in front of the same numbers
+    comparisons = json.loads((task_dir / "analysis" / "paired.json").read_text())
+    mark_collapsed(comparisons, tstate["arms"], task_dir)
+    vs_sft = next(c for c in comparisons if c["kind"] == "vs_sft" and c["b"] == "dr_grpo")
+    assert vs_sft["not_a_result"] == {"b": "no learning signal (5 of 6 steps uniform)"}
+    numbers = verdict_words(vs_sft["result"]).partition(" (")[2]  # "ΔBA -… over 60 items …)"
+    # the comparison names it short ("no learning signal"): the arm's line above gives the counts
+    assert vs_sft["words"] == f"no learning signal: not a result ({numbers}"
+    assert numbers.startswith("ΔBA -") and "worse" not in vs_sft["words"]
+    # without the task directory nothing is read (backward compatible): no mark
+    again = [{k: v for k, v in c.items() if k not in ("not_a_result", "words")}  # as the ladder wrote them, unmarked
+             for c in json.loads((task_dir / "analysis" / "paired.json").read_text())]
+    mark_collapsed(again, tstate["arms"])
+    assert all("not_a_result" not in c for c in again)
+
+
+# ---------------------------------------------------------------- did not move its parent
+
+
+def test_identical_answers_are_counted_on_the_shared_items_by_id():
+    from labelrl.ladder.collapse import identical_share, unmoved_text
+
+    ids = [f"i{i}" for i in range(250)]
+    parent = ["ham"] * 250
+    one_off = ["spam"] + ["ham"] * 249
+    # 249 of 250 equal: 0.996 ≥ 0.99
+    assert unmoved_text(identical_share(ids, one_off, ids, parent)) == ("did not move its parent "
+                                                                        "(answers identical on 99.6% of items)")
+    # 247 of 250: 0.988 < 0.99
+    assert unmoved_text(identical_share(ids, ["spam"] * 3 + ["ham"] * 247, ids, parent)) is None
+    # matched by id, not by row: the parent's file in reverse order with the odd answer last → still 249 of 250
+    assert identical_share(ids, one_off, ids[::-1], one_off[::-1]) == 1.0
+    assert identical_share(ids, one_off, ids[::-1], parent) == pytest.approx(0.996)
+    # two unparsed answers are equal; only shared ids count; none shared: None
+    assert identical_share(["a", "b", "c"], [None, "ham", "x"], ["a", "b"], [None, "ham"]) == 1.0
+    assert identical_share(["a"], ["ham"], ["b"], ["ham"]) is None
+
+
+def test_an_arm_that_did_not_move_its_parent_is_not_a_result(tmp_path):
+    from labelrl.ladder.collapse import comparison_words, mark_collapsed
+
+    task_dir = tmp_path / "spam"
+    # corpo answers exactly as sft on all 60 holdout items (100%); moved differs on one (59/60 = 98.3% < 99%)
+    moved = answers(51)
+    moved[0] = "spam" if moved[0] == "ham" else "ham"
+    tstate = build_task(task_dir, extra={"corpo": answers(51), "moved": moved})
+    verdict = {v["arm"]: v for v in tstate["verdict"]}
+    text = "did not move its parent (answers identical on 100.0% of items)"
+    assert verdict["corpo"]["unmoved"] == text and verdict["corpo"]["no_signal"] is None
+    assert verdict["corpo"]["text"].startswith(f"corpo: {text}; vs sft: did not move its parent: not a result (ΔBA +0.000")
+    assert verdict["moved"]["unmoved"] is None and not verdict["moved"]["text"].startswith("moved: did not")
+    # grpo (constant ham) agrees with sft on 35 of 60 items: moved, and still named collapsed
+    assert verdict["grpo"]["unmoved"] is None and verdict["grpo"]["collapsed"] is not None
+    comparisons = json.loads((task_dir / "analysis" / "paired.json").read_text())
+    mark_collapsed(comparisons, tstate["arms"], task_dir)
+    vs_sft = next(c for c in comparisons if c["kind"] == "vs_sft" and c["b"] == "corpo")
+    assert vs_sft["not_a_result"] == {"b": text}
+    assert vs_sft["words"].startswith("did not move its parent: not a result (ΔBA +0.000")
+    # on side A the arm is named: "corpo did not move its parent (…): not a result (…)"
+    assert comparison_words({**vs_sft, "not_a_result": {"a": text}}, tstate["arms"]).startswith(
+        f"{vs_sft['a']} did not move its parent: not a result (ΔBA +0.000")
 
 
 # ---------------------------------------------------------------- on_collapse: stop

@@ -60,7 +60,10 @@ def test_the_verdict_states_the_curve_and_the_point(tmp_path):
                                             "words": "worse (ΔBA -0.2 [-0.3, -0.1] over 120 items)"}]},
                 "curve_point": curve_point_comparisons(tmp_path, arms, TSTATE, n_boot=200)}
     [verdict] = task_verdict(arms, analysis, TSTATE)
-    assert verdict["curve"].startswith("curve: ΔROC-AUC +0.000 [+0.000, +0.000] (no detectable difference; grpo ")
+    # equal scores: Δ = 0 on every draw, so se = 0 and nothing larger than 0 could have been missed
+    assert verdict["curve"].startswith("curve: ΔROC-AUC +0.000 [+0.000, +0.000] (no detectable difference, could detect "
+                                       "|ROC-AUC| ≥ 0.000; grpo ")
+    assert verdict["curve"].endswith("over 120 items; 1/1 seeds no different)")
     assert verdict["point"].startswith("point (grpo vs sft, positive 'spam'): recall ")
     # the text keeps the answers' verdict and adds the ranking and the point after it
     text = verdict["text"]

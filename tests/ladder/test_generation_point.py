@@ -76,8 +76,13 @@ def test_the_sweep_asks_whether_each_generated_point_is_a_threshold(task):
     task_dir, arms, _ = task
     made = _sweeps(task_dir, arms, TSTATE)
     verdicts = made["verdicts"]
+    # grpo's generations are sft thresholded at 0.6: a vertex of sft's curve, ΔTPR exactly 0
     assert verdicts[generated_name("grpo")]["reproduced"] is True
-    assert verdicts[generated_name("corpo")]["verdict"].startswith("not reproduced")
+    assert verdicts[generated_name("grpo")]["verdict"].startswith("on the curve (ΔTPR at its FPR +0.000 [+0.000, +0.000]; ")
+    assert verdicts[generated_name("grpo")]["rests_on"] == "distance"
+    # corpo's answer at random: near the diagonal, far below a curve with a real ranking
+    assert verdicts[generated_name("corpo")]["verdict"].startswith("below the curve (ΔTPR at its FPR -")
+    assert verdicts[generated_name("corpo")]["reproduced"] is False
     assert generated_name("cot_rl") not in verdicts  # reasoning arms answer by generation anyway
 
 
@@ -93,8 +98,8 @@ def test_the_verdict_states_the_generated_point_and_its_sweep(task):
     expected = label_point(truth, ["spam"] * 3 + ["ham"] * 5 + [None] * 2, ["ham", "spam"])
     assert point == expected
     assert "greedy generation, no logits (holdout): recall ham " in grpo["text"]
-    assert "2 of 10 answers unparsed; its val point reproduced: " in grpo["text"]
-    assert "its val point not reproduced" in by_arm["corpo"]["text"]
+    assert "2 of 10 answers unparsed; its val point on the curve (ΔTPR at its FPR +0.000 " in grpo["text"]
+    assert "its val point below the curve (ΔTPR at its FPR -" in by_arm["corpo"]["text"]
     assert by_arm["cot_rl"]["generation"] is None and "greedy generation" not in by_arm["cot_rl"]["text"]
 
 
@@ -111,12 +116,23 @@ def test_several_seeds_give_means_and_a_tally_of_the_sweep_verdicts():
 
     runs = {"grpo@s0": label_point(["a", "b", "b"], ["a", "b", "a"], ["a", "b"]),  # recall a 1, b 0.5
             "grpo@s1": label_point(["a", "b", "b"], ["b", "b", "b"], ["a", "b"])}  # recall a 0, b 1
-    sweeps = {generated_name("grpo@s0"): {"verdict": "reproduced: the same point", "reproduced": True},
-              generated_name("grpo@s1"): {"verdict": "uninformative: a constant predictor", "reproduced": False}}
+    sweeps = {generated_name("grpo@s0"): {"verdict": "uninformative: a constant predictor (…)", "reproduced": False},
+              generated_name("grpo@s1"): {"verdict": "on the curve (ΔTPR at its FPR +0.010 [-0.02, +0.04]; …)",
+                                          "reproduced": True}}
     verdicts = [{"arm": "grpo", "text": "grpo: x"}]
     add_generation_points(verdicts, {"arms": {"grpo": runs}}, sweeps)
     text = verdicts[0]["text"]
     # means over the seeds: recall a (1 + 0) / 2 = 0.5, b (0.5 + 1) / 2 = 0.75; precision a (0.5 + —) → 0.5
     assert "recall a 0.500, b 0.750; precision a 0.500, b 0.833 (means over 2 seeds)" in text
-    # an uninformative seed is named as such, never counted as "not reproduced"
-    assert text.endswith("its val point against a threshold on the SFT model: reproduced in 1, uninformative in 1 of 2 seeds")
+    # an uninformative seed is named as such, never counted as off the curve; "on the curve" first
+    assert text.endswith("its val point against a threshold on the SFT model: on the curve in 1, uninformative in 1 of 2 seeds")
+
+
+def test_the_tally_counts_each_verdict_word_in_a_fixed_order():
+    from labelrl.ladder.generation_point import sweep_tally
+
+    found = [{"verdict": v} for v in ("below the curve (ΔTPR at its FPR -0.200 [-0.30, -0.10]; …)",
+                                      "above the curve (ΔTPR at its FPR +0.150 [+0.05, +0.25]; …)",
+                                      "below the curve (ΔTPR at its FPR -0.100 [-0.18, -0.02]; …)")]
+    # heads are the verdict words, not the text up to a ":" (the numbers differ per seed)
+    assert sweep_tally(found) == "above the curve in 1, below the curve in 2 of 3 seeds"

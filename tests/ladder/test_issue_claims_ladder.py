@@ -12,6 +12,7 @@ import pytest
 import yaml
 from rich.console import Console
 
+from labelrl.evaluate.sweep_distance import verdict_word
 from labelrl.ladder import Ladder, load_recipe
 from labelrl.report import build_report
 
@@ -100,8 +101,8 @@ def test_direct_rl_verdicts_state_the_generation_point_and_its_sweep(run):
         assert set(points) == {f"{arm}@s0", f"{arm}@s1"}
         assert set(points[f"{arm}@s0"]["labels"]) == {"no", "yes"} and points[f"{arm}@s0"]["n"] == 8
         assert f"{arm}@s0 (greedy generation)" in sweep["arms"]["compared"]
-        # two seeds: the sweep's verdicts on the generated points, counted ("reproduced in 1, … of 2 seeds")
-        heads = [sweep["compared"][sweep["arms"]["compared"].index(f"{arm}@s{s} (greedy generation)")]["verdict"].split(":")[0]
+        # two seeds: the sweep's verdicts on the generated points, counted ("on the curve in 1, … of 2 seeds")
+        heads = [verdict_word(sweep["compared"][sweep["arms"]["compared"].index(f"{arm}@s{s} (greedy generation)")]["verdict"])
                  for s in (0, 1)]
         assert v["generation"]["sweep"].startswith("its val point against a threshold on the SFT model: ")
         assert all(f"{h} in {heads.count(h)}" in v["generation"]["sweep"] for h in heads)

@@ -90,7 +90,7 @@ def test_the_verdict_says_the_ood_comparisons_apart_from_the_holdout_ones(task):
     assert "vs sft: better" in ood_part and "vs threshold (SFT + threshold chosen on val): better" in ood_part
     assert "better" not in head
     # the ablation (B − A = corpo − grpo) is stated under both of its arms
-    line = "ablation corpo vs grpo (same parent): worse (ΔBA -1.000 [-1.000, -1.000] over 60 items)"
+    line = "ablation corpo vs grpo (same parent): worse (ΔBA -1.000 [-1.000, -1.000] over 60 items; 1/1 seeds lower)"
     assert line in ood_part and line in corpo["text"]
     assert grpo["ood"]["tweets"][0].startswith("vs sft: better")
 

@@ -18,7 +18,7 @@ from labelrl.fileio import read_jsonl
 from labelrl.ladder import Ladder, load_recipe, read_state
 from labelrl.ladder.arms import LadderStopped
 from labelrl.ladder.recipe import recipe_from_dict
-from labelrl.ladder.tune import select
+from labelrl.ladder.tune import select, tie, tie_text
 
 FRUIT, THINGS = ["grape", "mango", "apple"], ["chair", "table", "stone"]
 SFT_GRID = [1.0e-6, 3.0e-3]  # a rate that barely moves the weights, and one that trains
@@ -81,14 +81,35 @@ def val_fingerprint(run_dir: Path, candidate: dict) -> str:
     return json.loads(report.read_text())["info"]["model_fingerprint"]
 
 
-def test_select_takes_the_highest_val_score_and_the_first_on_a_tie():
+def test_select_takes_the_highest_val_score():
     done = lambda ba: {"status": "done", "val": {"balanced_accuracy": ba}}  # noqa: E731
-    # catches "always the first" (0.6 < 0.7) and "the last of the best" (index 2 ties index 1)
-    assert select([done(0.6), done(0.7), done(0.7)]) == 1
+    # catches "always the first" (0.6 < 0.7) and "always the last" (0.7 > 0.65)
+    assert select([done(0.6), done(0.7), done(0.65)]) == 1
+    assert tie([done(0.6), done(0.7), done(0.65)]) is None
     # a failed candidate is never chosen, whatever it recorded; nor a non-finite score
     failed = {"status": "failed", "val": {"balanced_accuracy": 0.9}, "error": "boom"}
     assert select([done(float("nan")), failed, done(0.55)]) == 2
     assert select([failed]) is None
+
+
+def test_a_tie_on_val_is_reported_and_broken_by_the_ranking_not_by_order():
+    # lr 3e-6 and 1e-5 both reach val BA 0.391 (as GRPO's two rates did in a demo run); the second
+    # ranks the items better (ROC-AUC 0.90 vs 0.85), so it wins — "the first listed" would take 3e-6.
+    rec = lambda lr, ba, **m: {"status": "done", "values": {"learning_rate": lr},  # noqa: E731
+                               "val": {"balanced_accuracy": ba, **m}}
+    records = [rec(3e-6, 0.391, roc_auc=0.85, accuracy=0.8), rec(1e-5, 0.391, roc_auc=0.90, accuracy=0.7)]
+    found = tie(records)
+    assert found["candidates"] == [0, 1] and found["broken_by"] == "roc_auc"
+    assert select(records) == 1
+    assert tie_text(records, found) == ("tie on val balanced accuracy 0.391 (learning_rate=3e-06, learning_rate=1e-05): "
+                                        "broken by val roc_auc (0.850 vs 0.900)")
+    # ordinal labels (no ROC-AUC): the lower mean grade error breaks it
+    records = [rec(3e-6, 0.4, mean_abs_grade_error=0.9), rec(1e-5, 0.4, mean_abs_grade_error=0.8)]
+    assert select(records) == 1 and tie(records)["broken_by"] == "mean_abs_grade_error"
+    # nothing separates them: the first listed is kept, and the words say so
+    records = [rec(3e-6, 0.4, accuracy=0.5), rec(1e-5, 0.4, accuracy=0.5)]
+    assert select(records) == 0
+    assert tie_text(records, tie(records)).endswith("no val metric separates them, the first listed kept")
 
 
 @pytest.mark.parametrize("arm", ["sft", "noise"])
@@ -101,7 +122,8 @@ def test_every_value_trains_a_candidate_and_the_best_on_val_becomes_the_arm(tune
     assert tune["grid"] == {"learning_rate": grid} and [c["values"]["learning_rate"] for c in tune["candidates"]] == grid
     assert all(c["status"] == "done" and (run_dir / c["dir"] / "model").is_dir() for c in tune["candidates"])
     scores = [c["val"]["balanced_accuracy"] for c in tune["candidates"]]
-    winner = tune["candidates"][scores.index(max(scores))]  # index() is the first on a tie
+    winner = tune["candidates"][select(tune["candidates"])]  # the best on val (a tie broken as tune.tie says)
+    assert winner["val"]["balanced_accuracy"] == max(scores)
     assert tune["chosen"] == winner["values"] and st["config"]["learning_rate"] == winner["values"]["learning_rate"]
     # the arm's holdout predictions come from the winner's weights, not the loser's (they differ: other rate)
     loser = next(c for c in tune["candidates"] if c is not winner)

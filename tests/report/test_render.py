@@ -103,7 +103,8 @@ def test_table_marks_repeats_and_shows_the_ceiling_and_ood(full):
     for text in (html, md):
         assert "label ceiling (1 − ε)" in text and "0.960 [0.930, 0.990]" in text
         assert "OOD vader-tweets" in text and "within-one" in text
-        assert "not reproduced" in text and "of items agree" in text  # the sweep verdicts
+        assert "ΔTPR at its FPR" in text and "agrees with the matched threshold on" in text  # the sweep verdicts
+        assert "ΔTPR [95% CI]" in text  # the sweep table's distance column
         assert "relabelling by judge-x" in text and "original labels: duplicates vs each other" in text
         assert "0.920 [0.890, 0.950]" in text  # the originals' 1 − d with its interval, beside the judge's retest
         assert "Filter effect" in text and "trace survival" in text

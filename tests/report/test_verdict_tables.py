@@ -28,7 +28,7 @@ STABILITY = {
 
 def task() -> TaskData:
     t = TaskData(name="spam", dir=Path("."), data="sms-spam", ood_names=["tweets"])
-    t.verdict = [{"arm": "grpo", "text": "grpo: …", "generation": {"points": {"grpo": POINT}, "sweep": "its val point reproduced: x"}}]
+    t.verdict = [{"arm": "grpo", "text": "grpo: …", "generation": {"points": {"grpo": POINT}, "sweep": "its val point on the curve (x)"}}]
     t.stability = STABILITY
     return t
 
@@ -36,7 +36,7 @@ def task() -> TaskData:
 def test_the_generation_table_has_a_row_per_label_with_its_intervals():
     (table,) = generation_table(task())
     assert table.rows[0][:7] == ["grpo", "ham", "6", "0.500 [0.200, 0.800]", "0.750 [0.300, 0.950]", "2 of 10",
-                                 "its val point reproduced: x"]
+                                 "its val point on the curve (x)"]
     assert table.rows[1][:5] == ["", "spam", "4", "1.000 [0.500, 1.000]", "—"]  # never answered: no precision
     assert generation_table(TaskData(name="x", dir=Path("."))) == []
 

@@ -113,7 +113,7 @@ def _points_table(result: dict) -> Table:
 
 
 def run_sweep(predictions: Path, compare: list[Path], positive_label: str | None, target_recall: float | None,
-              tolerance: float, agreement_min: float, json_path: Path | None, plot: Path | None, console: Console) -> dict:
+              n_boot: int, seed: int, json_path: Path | None, plot: Path | None, console: Console) -> dict:
     from labelrl.evaluate.io import read_predictions
     from labelrl.evaluate.plots import plot_roc
     from labelrl.evaluate.sweep import sweep
@@ -121,14 +121,16 @@ def run_sweep(predictions: Path, compare: list[Path], positive_label: str | None
 
     scored = read_predictions(predictions, positive_label=positive_label)
     others = [read_predictions(p, positive_label=positive_label) for p in compare]
-    result = sweep(scored, positive_label=positive_label, target_recall=target_recall, compare=others, tolerance=tolerance,
-                   agreement_min=agreement_min)
+    result = sweep(scored, positive_label=positive_label, target_recall=target_recall, compare=others, n_boot=n_boot,
+                   seed=seed)
     console.print(f"{predictions}: {result['n']} examples ({result['n_positive']} positive), ROC-AUC {result['roc_auc']:.3f}")
     console.print(_points_table(result))
     for other in result["compared"]:
-        console.print(f"{other['source']}: {other['verdict']} (recall-matched threshold "
-                      f"{other['recall_matched_threshold']:.4f}; {other['tolerance_text']}; {other['n_joined']} shared ids)",
-                      highlight=False)
+        d = other["distance"]
+        console.print(f"{other['source']}: {other['verdict']} (point FPR {d['fpr']:.3f}, TPR {d['tpr']:.3f}, SFT curve's "
+                      f"TPR there {d['curve_tpr']:.3f}; 95% paired bootstrap over items, {d['n_used']} of {d['n_boot']} "
+                      f"resamples, seed {d['seed']}; recall-matched threshold {other['recall_matched_threshold']:.4f}; "
+                      f"{other['n_joined']} shared ids)", highlight=False)
     plot = plot or (beside(json_path, ".roc.png") if json_path else None)
     if plot is not None:
         result["plot"] = str(plot_roc(result, plot))
@@ -307,18 +309,18 @@ def register(app: typer.Typer) -> None:
             fail(format_validation_error(exc))
         _guard(run_eval_command, cfg)
 
-    @app.command("sweep", help="Sweep a scored model's threshold: ROC, threshold for a target recall, best balanced accuracy, and whether other models' operating points are just thresholds on it.")
+    @app.command("sweep", help="Sweep a scored model's threshold: ROC, threshold for a target recall, best balanced accuracy, and whether other models' operating points lie on, above or below its ROC curve (ΔTPR at their FPR, with a paired bootstrap interval).")
     def sweep_command(
         predictions: Path = typer.Argument(..., help="Predictions of a scored model (.parquet/.csv with score or score_<label>).", show_default=False),
         positive_label: Optional[str] = typer.Option(None, "--positive-label", help="The positive label (default: the predictions' positive label).", show_default=False),
         target_recall: float = typer.Option(0.9, "--target-recall", help="Report the largest threshold whose recall is at least this."),
         compare: Optional[list[Path]] = typer.Option(None, "--compare", help="Predictions of another model on the same ids (repeatable).", show_default=False),
-        tolerance: float = typer.Option(0.01, "--tolerance", help="Smallest tolerance for the operating point (recall, false-positive rate); the tolerance used is never tighter than one item of each class."),
-        agreement_min: float = typer.Option(0.95, "--agreement-min", help="Share of items that must get the same answer for a matched operating point to count as reproduced."),
+        n_boot: int = typer.Option(1000, "--n-boot", help="Bootstrap resamples of the items for the interval of each compared point's ΔTPR (its distance above the scored model's ROC curve)."),
+        seed: int = typer.Option(0, "--seed", help="Seed of the bootstrap resamples (numpy default_rng)."),
         json_path: Optional[Path] = typer.Option(None, "--json", help="Write the sweep to this JSON file (and the ROC plot beside it).", show_default=False),
         plot: Optional[Path] = typer.Option(None, "--plot", help="ROC plot PNG (default: beside --json).", show_default=False),
     ) -> None:
-        _guard(run_sweep, predictions, compare or [], positive_label, target_recall, tolerance, agreement_min, json_path, plot)
+        _guard(run_sweep, predictions, compare or [], positive_label, target_recall, n_boot, seed, json_path, plot)
 
     @app.command("route", help="Route between two models: oracle upper bound, confidence cascade over bands of A's confidence, and where they disagree.")
     def route_command(

@@ -84,8 +84,26 @@ def print_verdicts(state: dict) -> None:
             note = (task.get("analysis") or {}).get("note") or "no finished RL arm to compare with its SFT parent"
             lines = [note]
         console.print(f"[bold]{task_name}[/] ({task.get('data')}):", highlight=False)
+        print_grid((task.get("analysis") or {}).get("grid"))
         for line in lines:
             console.print(f"  • {line}", highlight=False, soft_wrap=False)
+
+
+def print_grid(grid: dict | None) -> None:
+    """The task's answer sentence and its grid (labelrl.ladder.grid), before the verdict's lines."""
+    if not grid or "rows" not in grid or not grid["rows"]:
+        return
+    from labelrl.report.grid_table import grid_lines
+
+    header, *rows = grid_lines(grid)
+    table = Table(*header, box=None, pad_edge=False)
+    for row in rows:
+        table.add_row(*row)
+    console.print(f"  {grid['sentence']}", highlight=False)
+    console.print(table)
+    console.print("  ▲/▼ better/worse after the Holm correction over the task's comparisons (Δ of balanced accuracy; "
+                  "of ROC-AUC for the ranking); = no detectable difference (≥ the smallest it could detect)",
+                  highlight=False)
 
 
 def _fmt(metrics: dict | None, key: str) -> str:

@@ -26,7 +26,7 @@ app = typer.Typer(
 
 # Command modules under labelrl.cli; each defines register(app).
 COMMAND_MODULES = ("data", "train", "audit", "relabel", "ladder", "demo", "evaluate", "export", "distill", "report",
-                   "rescore")
+                   "plan", "rescore")
 
 
 

@@ -102,20 +102,27 @@ def _interval(m: dict) -> str:
     return f"[{_number(lo, True)}, {_number(hi, True)}]"
 
 
-def _detected(m: dict) -> bool:
-    return m["ci"] is not None and (m["ci"][0] > 0 or m["ci"][1] < 0)
-
-
 def curve_words(result: dict) -> str:
-    """``curve: ΔROC-AUC +0.026 [-0.004, +0.060] (no detectable difference; grpo 0.994 vs sft 0.968 over 128
-    items)``: "better ranking" / "worse ranking" only when the interval excludes 0."""
+    """``curve: ΔROC-AUC +0.026 [-0.004, +0.060] (no detectable difference, could detect |ROC-AUC| ≥ 0.041;
+    grpo 0.994 vs sft 0.968 over 128 items; 1/1 seeds higher)``: "better ranking" / "worse ranking" only
+    when the comparison's corrected decision (``labelrl.evaluate.paired.tested``, Holm within the task's
+    family once the ladder has corrected it) detects a difference; the interval is the adjusted one."""
+    from labelrl.evaluate.paired import seed_agreement, tested
+
     m = result["metrics"][CURVE]
     if m["delta"] is None:
         return f"curve: ROC-AUC undefined over {result['n']} items (one class only)"
-    words = ("better ranking" if m["ci"][0] > 0 else "worse ranking") if _detected(m) else "no detectable difference"
+    decision = tested(result, CURVE)
+    if decision["reject"]:
+        words = "better ranking" if m["delta"] > 0 else "worse ranking"
+    else:
+        mde = decision.get("detectable")
+        words = "no detectable difference" + (f", could detect |ROC-AUC| ≥ {mde:.3f}" if mde is not None else "")
     a, b = result["names"]
-    return (f"curve: ΔROC-AUC {_number(m['delta'], True)} {_interval(m)} ({words}; {b} {_number(m['b'])} vs "
-            f"{a} {_number(m['a'])} over {result['n']} items{_seeds(result)})")
+    interval = _interval({"ci": decision["ci_adjusted"]})
+    seeds = seed_agreement(m)
+    return (f"curve: ΔROC-AUC {_number(m['delta'], True)} {interval} ({words}; {b} {_number(m['b'])} vs "
+            f"{a} {_number(m['a'])} over {result['n']} items{'; ' + seeds if seeds else ''})")
 
 
 def point_words(result: dict) -> str:
@@ -130,7 +137,3 @@ def point_words(result: dict) -> str:
     a, b = result["names"]
     return f"point ({b} vs {a}, positive {result['positive_label']!r}): " + ", ".join(parts)
 
-
-def _seeds(result: dict) -> str:
-    runs = result["n_runs"]
-    return "" if runs == [1, 1] else f", {runs[0]} vs {runs[1]} seeds"

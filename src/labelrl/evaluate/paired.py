@@ -19,6 +19,13 @@ on them. The draws come from ``numpy.random.default_rng(seed)`` in this order, a
 ``runs_b = rng.integers(0, T, (n_boot, T))``. With one run per arm this is the ordinary paired
 bootstrap over items.
 
+Each Δ also records ``se``, the standard deviation of its bootstrap replicates, and
+``pair_deltas``, the difference of each pair of runs (seed k of B against seed k of A; see McNemar
+below for the pairing): how many seeds agree in sign with Δ is part of every verdict. The verdict's
+words come from the task's family of comparisons, Holm-corrected (``labelrl.evaluate.family``:
+the adjusted interval, and the smallest difference a "no detectable difference" could have
+detected); a comparison judged alone is a family of one.
+
 Binary correctness is also compared with McNemar's exact test (McNemar 1947; the exact form is
 a two-sided binomial test of the discordant pairs, ``scipy.stats.binomtest``), per pair of
 runs: by position when both arms have the same number of runs (seed k with seed k), else each
@@ -78,17 +85,26 @@ def bootstrap_draws(n: int, n_runs: tuple[int, int], n_boot: int, seed: int) -> 
 
 
 def delta_summary(mat: np.ndarray, points: tuple[list[float], list[float]], runs_a: np.ndarray, runs_b: np.ndarray) -> dict:
-    """One metric's paired difference: the arms' means over their runs (``points``), Δ = B − A and its
-    percentile 95% interval from ``mat [n_boot, S + T]`` (every run's value under each replicate's
-    item draw, A's runs first) under the drawn runs; replicates where Δ is undefined are left out."""
+    """One metric's paired difference: the arms' means over their runs (``points``), Δ = B − A, its
+    percentile 95% interval and its bootstrap standard error ``se`` from ``mat [n_boot, S + T]``
+    (every run's value under each replicate's item draw, A's runs first) under the drawn runs,
+    ``se_items`` the same with every run kept (the items' part of the spread), and
+    ``pair_deltas``, B − A per pair of runs (``run_pairs``); replicates where Δ is undefined are left
+    out."""
     pa, pb = points
     S = len(pa)
     delta = (np.take_along_axis(mat[:, S:], runs_b, axis=1).mean(axis=1)
              - np.take_along_axis(mat[:, :S], runs_a, axis=1).mean(axis=1))
     delta = delta[np.isfinite(delta)]
     ci = [float(v) for v in np.percentile(delta, [2.5, 97.5])] if len(delta) else None
+    se = float(np.std(delta, ddof=1)) if len(delta) > 1 else None
+    # the items' share of the spread: every run kept, only the items redrawn (labelrl.evaluate.plan)
+    by_items = mat[:, S:].mean(axis=1) - mat[:, :S].mean(axis=1)
+    by_items = by_items[np.isfinite(by_items)]
+    se_items = float(np.std(by_items, ddof=1)) if len(by_items) > 1 else None
     return {"a": float(np.mean(pa)), "b": float(np.mean(pb)), "a_runs": pa, "b_runs": pb,
-            "delta": float(np.mean(pb) - np.mean(pa)), "ci": ci}
+            "delta": float(np.mean(pb) - np.mean(pa)), "ci": ci, "se": se, "se_items": se_items,
+            "pair_deltas": [float(pb[j] - pa[i]) for i, j in run_pairs(len(pa), len(pb))]}
 
 
 def metric_matrix(encs: list[Encoded], items: np.ndarray, metrics: tuple[str, ...],
@@ -122,7 +138,9 @@ def mcnemar(a: Encoded, b: Encoded) -> dict:
     return {"a_right_b_wrong": a_only, "a_wrong_b_right": b_only, "p_value": float(p)}
 
 
-def _run_pairs(n_a: int, n_b: int) -> list[tuple[int, int]]:
+def run_pairs(n_a: int, n_b: int) -> list[tuple[int, int]]:
+    """(run of A, run of B) pairs: by position when both arms have as many runs (seed k with seed k),
+    else each run of the replicated arm with the single run of the other (module docstring)."""
     if n_a == n_b:
         return [(i, i) for i in range(n_a)]
     if n_a == 1:
@@ -150,23 +168,62 @@ def paired_comparison(a: Sequence[Predictions], b: Sequence[Predictions], *, nam
     for m in metrics:
         points = [point_value(e, m) for e in enc_a], [point_value(e, m) for e in enc_b]
         out["metrics"][m] = delta_summary(boot[m], points, runs_a, runs_b)
-    out["mcnemar"] = [{"a_run": i, "b_run": j, **mcnemar(enc_a[i], enc_b[j])} for i, j in _run_pairs(S, T)]
+    out["mcnemar"] = [{"a_run": i, "b_run": j, **mcnemar(enc_a[i], enc_b[j])} for i, j in run_pairs(S, T)]
     out["verdict"] = verdict(out, "balanced_accuracy")
     return out
 
 
-def verdict_words(result: dict, metric: str = "balanced_accuracy") -> str:
-    """Plain words for one metric's paired difference (B − A): "better", "worse", or "no
-    detectable difference" when the interval covers zero, with the numbers."""
+SHORT = {"balanced_accuracy": "ΔBA", "accuracy": "Δacc", "mean_abs_grade_error": "Δ|err|", "roc_auc": "ΔROC-AUC"}
+
+
+def tested(result: dict, metric: str = "balanced_accuracy") -> dict:
+    """The comparison's decision on ``metric``: its family entry (``labelrl.evaluate.family``) when the
+    ladder corrected it within a family on that metric, else a family of one. A result written before
+    Δ had a standard error is judged by its percentile interval, as it was then."""
+    from labelrl.evaluate.family import correct
+
+    family = result.get("family")
+    if family and family.get("metric", metric) == metric:
+        return family
     m = result["metrics"][metric]
-    lo, hi = m["ci"] or (float("nan"), float("nan"))
-    short = {"balanced_accuracy": "ΔBA", "accuracy": "Δacc", "mean_abs_grade_error": "Δ|err|"}[metric]
-    runs = result["n_runs"]
-    seeds = "" if runs == [1, 1] else f", {runs[0]} vs {runs[1]} seeds"
-    numbers = f"{short} {m['delta']:+.3f} [{lo:+.3f}, {hi:+.3f}] over {result['n']} items{seeds}"
-    if not (lo > 0 or hi < 0):
+    if "se" not in m and m.get("ci") is not None:
+        lo, hi = m["ci"]
+        return {"method": "none", "size": 1, "reject": lo > 0 or hi < 0, "ci_adjusted": m["ci"], "detectable": None}
+    return correct([(m["delta"], m.get("se"))])[0]
+
+
+def seed_agreement(m: dict) -> str:
+    """``3/3 seeds higher``: how many pairs of runs (``pair_deltas``) have Δ's sign; Δ = 0 counts the
+    pairs with no difference."""
+    deltas = [d for d in m.get("pair_deltas") or [] if d is not None and np.isfinite(d)]
+    if not deltas or m.get("delta") is None:
+        return ""
+    sign = np.sign(m["delta"])
+    agree = sum(np.sign(d) == sign for d in deltas)
+    direction = "no different" if sign == 0 else ("lower" if sign < 0 else "higher")
+    return f"{agree}/{len(deltas)} seeds {direction}"
+
+
+def verdict_words(result: dict, metric: str = "balanced_accuracy") -> str:
+    """Plain words for one metric's paired difference (B − A): "better", "worse", or "no detectable
+    difference" by the corrected decision (``tested``), with Δ, its adjusted interval, the items, the
+    seeds that agree in sign, the smallest detectable |Δ| where nothing was detected, and the
+    correction: ``better (ΔBA +0.028 [+0.006, +0.053] over 557 items; 3/3 seeds higher; Holm over
+    29)``."""
+    m = result["metrics"][metric]
+    decision = tested(result, metric)
+    lo, hi = decision["ci_adjusted"] or (float("nan"), float("nan"))
+    short = SHORT.get(metric, f"Δ{metric}")
+    parts = [f"{short} {m['delta']:+.3f} [{lo:+.3f}, {hi:+.3f}] over {result['n']} items"]
+    parts.append(seed_agreement(m))
+    if not decision["reject"] and decision.get("detectable") is not None:
+        parts.append(f"could detect |{short.removeprefix('Δ')}| ≥ {decision['detectable']:.3f}")
+    if decision.get("method") == "holm" and decision.get("size", 1) > 1:
+        parts.append(f"Holm over {decision['size']}")
+    numbers = "; ".join(p for p in parts if p)
+    if not decision["reject"]:
         return f"no detectable difference ({numbers})"
-    better = (hi < 0) if metric in LOWER_IS_BETTER else (lo > 0)
+    better = (m["delta"] < 0) if metric in LOWER_IS_BETTER else (m["delta"] > 0)
     return f"{'better' if better else 'worse'} ({numbers})"
 
 

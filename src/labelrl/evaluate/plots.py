@@ -30,7 +30,7 @@ def _save(fig, path: str | Path) -> Path:
 
 def plot_roc(result: dict, path: str | Path) -> Path:
     """ROC curve of the scored model with its operating points (target recall, best balanced
-    accuracy, each compared model: filled when reproduced by a threshold, hollow when not, a
+    accuracy, each compared model: filled when on the curve, hollow when above or below it, a
     cross when a (near-)constant predictor makes the comparison uninformative)."""
     fig, ax = plt.subplots(figsize=(5.5, 5))
     roc = result["roc_curve"]
@@ -38,7 +38,9 @@ def plot_roc(result: dict, path: str | Path) -> Path:
     ax.plot([0, 1], [0, 1], color="0.7", linestyle=":", label="chance")
     for i, point in enumerate(result.get("operating_points", [])):
         hollow = point.get("reproduced") is False
-        note = " (constant: uninformative)" if point.get("uninformative") else " (not reproduced)" if hollow else ""
+        # "position" is the sweep's verdict word; a sweep file written before it only says "not reproduced"
+        where = point.get("position") or ("not reproduced" if hollow else "")
+        note = " (constant: uninformative)" if point.get("uninformative") else f" ({where})" if hollow else ""
         ax.scatter([point["fpr"]], [point["tpr"]], s=60, zorder=3, edgecolors=f"C{i + 1}", linewidths=1.5,
                    marker="X" if point.get("uninformative") else "o",
                    facecolors="none" if hollow else f"C{i + 1}", label=point["name"] + note)

@@ -3,37 +3,44 @@ a threshold on it.
 
 A model that predicts "positive" when P(positive) ≥ t traces the ROC curve as t moves. An
 RL run that reaches a higher recall than its SFT start at a similar balanced accuracy may
-only have moved along that curve; ``sweep`` checks this by finding the threshold on the
-scored model that comes closest to the other model's metrics.
+only have moved along that curve; ``sweep`` checks this by measuring how far the other
+model's point lies above or below the scored model's curve.
 
 Conventions: a threshold t predicts positive for every row with score ≥ t. Candidate
 thresholds are the distinct scores. Everything is one-vs-rest on the positive label, so
 multi-class predictions work with ``score_<positive>``. For a hard-prediction model, an
 unparsed answer is wrong: it is a miss on a positive and not a correct rejection on a
 negative (as in ``labelrl.evaluate.metrics``). Compared metrics: accuracy, balanced
-accuracy, precision, recall and F1 of the positive label. Equal metrics do not make equal
-predictions: the verdict of ``compare_operating_point`` also measures how many items the two
-models answer alike, and says which of the two it rests on.
+accuracy, precision, recall and F1 of the positive label.
+
+The verdict of ``compare_operating_point`` rests on the distance
+(``labelrl.evaluate.sweep_distance``): ΔTPR = TPR − TPR_SFT(FPR), the other model's point's
+vertical distance from the scored model's ROC curve (linear between its vertices: randomised
+thresholding, Fawcett 2006 §10), with a 95% paired bootstrap interval over items: "on the
+curve" when the interval covers 0, "above the curve" or "below the curve" when it does not.
+Equal points do not make equal predictions, so beside it stands item agreement: the share of
+items the other model answers as the scored model thresholded at its recall does, and the
+agreement chance alone would give. ``distance_over_seeds`` pools several seeds' pairs.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Sequence
 
 import numpy as np
 from sklearn.metrics import roc_auc_score, roc_curve
 
 from labelrl.evaluate.io import Predictions, join_on_id
+from labelrl.evaluate.sweep_distance import distance, position, verdict_word
 from labelrl.types import canonical_label
 
 COMPARED_METRICS = ("accuracy", "balanced_accuracy", "precision", "recall", "f1")
-DEFAULT_TOLERANCE = 0.01
-# Item agreement at or above which a matched operating point counts as the same predictions.
-DEFAULT_AGREEMENT = 0.95
-# A model answering one label on at least this share of items, or a chance agreement at least
-# this high, makes item agreement uninformative: any two near-constant predictors agree.
+# A model answering one label on at least this share of items sits at (or next to) a corner of
+# the ROC square, where every curve passes: its distance from the curve says nothing.
 CONSTANT_SHARE = 0.95
+DEFAULT_N_BOOT = 1000
 
 
 def _ratio(num, den):
@@ -147,33 +154,31 @@ def operating_point(pred: Predictions, positive: str) -> dict[str, float]:
 
 
 def compare_operating_point(
-    scored: Predictions, other: Predictions, positive: str, score: np.ndarray, *, tolerance: float = DEFAULT_TOLERANCE,
-    agreement_min: float = DEFAULT_AGREEMENT,
+    scored: Predictions, other: Predictions, positive: str, score: np.ndarray, *, n_boot: int = DEFAULT_N_BOOT,
+    seed: int = 0,
 ) -> dict:
     """Is ``other``'s operating point a threshold on ``scored``?
 
-    On the ids both hold, at the threshold of the scored model whose recall matches the other
-    model's (``recall_matched_index``), two things are measured:
+    On the ids both hold (in ``scored``'s order):
 
-    * the operating point: the recall and false-positive-rate differences, which "match" when
-      each is within one item of its class (1/n_pos, 1/n_neg) or ``tolerance``, whichever is
-      larger (``point_tolerance``): a single item cannot be resolved;
-    * item agreement: the share of items on which the other model's answer equals the
-      thresholded scored model's, with a 95% Wilson interval, next to the agreement expected by
-      chance from a model with the same per-class positive rates whose answers are unrelated to
-      the scores (``chance_agreement``).
+    * ``distance``: ΔTPR, the other model's point's vertical distance from the scored model's ROC
+      curve, with its 95% paired bootstrap interval (``labelrl.evaluate.sweep_distance.distance``
+      with one pair; keys ``delta_tpr``, ``ci``, ``n_boot``, ``n_used``, ``seed``, ``fpr``,
+      ``tpr``, ``curve_tpr``, …). Its ``fpr`` counts an unparsed negative as not rejected.
+    * item agreement at the threshold of the scored model whose recall matches the other
+      model's (``recall_matched_index``): the share of items on which the other model's answer
+      equals the thresholded scored model's, with a 95% Wilson interval, next to the agreement
+      expected by chance from a model with the same per-class positive rates whose answers are
+      unrelated to the scores (``chance_agreement``).
 
-    Verdict: "uninformative" first, when either model is (near-)constant — the other model
-    answers one label on ≥ ``CONSTANT_SHARE`` of items (an unparsed answer counts as neither), or
-    the thresholded scored model does, or chance agreement is ≥ ``CONSTANT_SHARE`` — since any
-    two constant predictors sit at a corner of the ROC and agree on every item (rests on
-    nothing). Otherwise "not reproduced" when the points do not match (rests on the metrics); when they
-    match, "reproduced" when the items agree at least ``agreement_min`` and the interval's lower
-    end clears chance (or every item agrees), "not reproduced on items" when they agree less
-    than ``agreement_min``, and "undetermined" when chance alone would agree about as well
-    (rests on the items). The
-    threshold whose metrics come closest overall (largest absolute difference over
-    ``COMPARED_METRICS``) is reported too.
+    Verdict (``_verdict``): "uninformative" when the other model answers one label on ≥
+    ``CONSTANT_SHARE`` of items (an unparsed answer counts as neither): its point sits at or
+    next to a corner of the ROC square, which every curve passes through (rests on nothing).
+    Otherwise "on the curve" when the interval covers 0, "above the curve" when it lies above
+    0, "below the curve" when below (rests on the distance); "undetermined" if no bootstrap
+    replicate held both classes. ``reproduced`` is True for "on the curve" only. The threshold
+    whose metrics come closest overall (largest absolute difference over ``COMPARED_METRICS``)
+    is reported too.
     """
     rows_s, rows_o = join_on_id(scored, other, f"{scored.info.get('source', 'scored')} and {other.info.get('source', 'compared')}")
     true_pos, _, _ = _binary_view(scored, rows_s, positive)
@@ -193,11 +198,12 @@ def compare_operating_point(
         "recall_matched_threshold": float(curve.thresholds[by_recall]), "recall_matched_metrics": matched,
         "recall_matched_max_difference": float(gaps[by_recall]),
         "recall_matched_differences": {m: matched[m] - theirs[m] for m in (*COMPARED_METRICS, "fpr")},
+        "distance": distance(true_pos, score[rows_s][None], pred_pos[None], parsed[None], n_boot=n_boot, seed=seed),
     }
     thresholded = score[rows_s] >= curve.thresholds[by_recall]
     result.update(_agreement(true_pos, thresholded, pred_pos, parsed))
     result["constant_share"] = {"compared": _top_share(pred_pos, parsed), "scored": _top_share(thresholded)}
-    result.update(_verdict(result, curve.n_pos, curve.n_neg, tolerance, agreement_min))
+    result.update(_verdict(result))
     return result
 
 
@@ -240,36 +246,28 @@ def _top_share(pred_pos: np.ndarray, parsed: np.ndarray | None = None) -> float:
     return float(max((pred_pos & parsed).sum(), (~pred_pos & parsed).sum()) / n)
 
 
-def _verdict(r: dict, n_pos: int, n_neg: int, tolerance: float, agreement_min: float) -> dict:
-    tol = {"recall": max(tolerance, 1 / n_pos), "fpr": max(tolerance, 1 / n_neg)}
-    diff = r["recall_matched_differences"]
-    off = [m for m in ("recall", "fpr") if abs(diff[m]) > tol[m] + 1e-12]
-    agree, (lo, hi), chance = r["item_agreement"], r["item_agreement_ci"], r["chance_agreement"]
-    items = f"{agree:.3f} [{lo:.3f}, {hi:.3f}] of items agree (chance {chance:.3f})"
-    tol_text = (f"tolerance one item of each class: recall ±{tol['recall']:.3f} (1/{n_pos}), "
-                f"FPR ±{tol['fpr']:.3f} (1/{n_neg}), at least {tolerance:g}")
-    constant = [who for who in ("compared", "scored") if r["constant_share"][who] >= CONSTANT_SHARE]
-    if constant or chance >= CONSTANT_SHARE:
-        who = {"compared": "the arm", "scored": "the thresholded SFT model"}
-        why = (" and ".join(f"{who[w]} gives one answer on {r['constant_share'][w]:.3f} of items" for w in constant)
-               or f"chance agreement is {chance:.3f}")
-        verdict, rests = (f"uninformative: a (near-)constant predictor ({why}); {items}; any two constant "
-                          "predictors agree, so this says nothing about the scores"), "nothing"
-    elif off:
-        worst = max(off, key=lambda m: abs(diff[m]))
-        verdict, rests = (f"not reproduced: at the SFT threshold with the same recall, {worst} differs by "
-                          f"{diff[worst]:+.3f} (beyond one item); {items}"), "metrics"
-    elif agree < agreement_min:
-        verdict, rests = (f"not reproduced on items: the same operating point within one item, but only {items}: "
-                          "the arm reaches it with other predictions"), "items"
-    elif lo <= chance and agree < 1.0:  # every item agreeing is the claim itself, however likely by chance
-        verdict, rests = (f"undetermined: the same operating point and {items}, but answers unrelated to the scores "
-                          "would agree about as often"), "items"
+def distance_words(d: dict) -> str:
+    """"ΔTPR at its FPR +0.012 [−0.020, +0.041]" (over S seeds: "mean over S seeds")."""
+    ci = d.get("ci")
+    interval = f" [{ci[0]:+.3f}, {ci[1]:+.3f}]" if ci else " (no interval: no resample held both classes)"
+    seeds = f", mean over {d['n_pairs']} seeds" if d.get("n_pairs", 1) > 1 else ""
+    return f"ΔTPR at its FPR {d['delta_tpr']:+.3f}{interval}{seeds}"
+
+
+def _verdict(r: dict) -> dict:
+    """The verdict words, what they rest on, and the flags (``compare_operating_point``)."""
+    d = r["distance"]
+    items = f"agrees with the matched threshold on {r['item_agreement']:.3f} of items, chance {r['chance_agreement']:.3f}"
+    share = r["constant_share"]["compared"]
+    if share >= CONSTANT_SHARE:
+        verdict, rests = (f"uninformative: a (near-)constant predictor (the arm gives one answer on {share:.3f} of "
+                          f"items; {distance_words(d)}; {items}): every ROC curve passes through the corners, so "
+                          "this says nothing about the scores"), "nothing"
     else:
-        verdict, rests = f"reproduced: the same operating point within one item, and {items}", "items"
-    return {"verdict": verdict, "verdict_rests_on": rests, "reproduced": verdict.startswith("reproduced"),
-            "uninformative": verdict.startswith("uninformative"),
-            "point_tolerance": tol, "tolerance_text": tol_text, "agreement_min": agreement_min}
+        word = position(d["ci"])
+        verdict, rests = f"{word} ({distance_words(d)}; {items})", "distance" if d["ci"] else "nothing"
+    return {"verdict": verdict, "verdict_rests_on": rests, "reproduced": verdict.startswith("on the curve"),
+            "uninformative": verdict.startswith("uninformative")}
 
 
 def _finite(values: np.ndarray) -> list[float | None]:
@@ -282,11 +280,12 @@ def sweep(
     positive_label: str | None = None,
     target_recall: float | None = 0.9,
     compare: list[Predictions] = (),
-    tolerance: float = DEFAULT_TOLERANCE,
-    agreement_min: float = DEFAULT_AGREEMENT,
+    n_boot: int = DEFAULT_N_BOOT,
+    seed: int = 0,
 ) -> dict:
     """ROC curve, the threshold for a target recall, the best-balanced-accuracy threshold,
-    and the operating-point comparison for each of ``compare`` (see module docstring)."""
+    and the operating-point comparison of each of ``compare`` (``compare_operating_point``: its
+    ΔTPR interval from ``n_boot`` resamples drawn with ``seed``)."""
     positive, score = positive_scores(scored, positive_label)
     true_pos, _, _ = _binary_view(scored, list(range(scored.n)), positive)
     curve = threshold_curve(true_pos, score)
@@ -311,10 +310,43 @@ def sweep(
         points.append({"name": f"recall ≥ {target_recall:g}", "fpr": curve.at(i)["fpr"], "tpr": curve.at(i)["recall"]})
     out["compared"] = []
     for other in compare:
-        result = compare_operating_point(scored, other, positive, score, tolerance=tolerance, agreement_min=agreement_min)
+        result = compare_operating_point(scored, other, positive, score, n_boot=n_boot, seed=seed)
         out["compared"].append(result)
-        points.append({"name": str(result["source"]), "fpr": result["compared_metrics"]["fpr"],
-                       "tpr": result["compared_metrics"]["recall"], "reproduced": result["reproduced"],
-                       "uninformative": result["uninformative"]})
+        # the point the verdict judges (an unparsed negative counted as not rejected)
+        points.append({"name": str(result["source"]), "fpr": result["distance"]["fpr"], "tpr": result["distance"]["tpr"],
+                       "reproduced": result["reproduced"], "uninformative": result["uninformative"],
+                       "position": verdict_word(result["verdict"])})
     out["operating_points"] = points
     return out
+
+
+def distance_over_seeds(pairs: Sequence[tuple[Predictions, Predictions]], *, positive_label: str | None = None,
+                        n_boot: int = DEFAULT_N_BOOT, seed: int = 0) -> dict:
+    """ΔTPR pooled over seeds: ``pairs`` holds one (scored SFT parent, RL run) per seed, each run
+    against its own seed's parent; on the ids every file holds (in the first parent's order),
+    the mean over the pairs of their ΔTPR and its 95% two-level bootstrap interval (items shared
+    by every pair, pairs drawn with replacement: ``labelrl.evaluate.sweep_distance``), with
+    ``position`` ("on the curve" / "above the curve" / "below the curve") and ``words``. With
+    one pair it equals the ``distance`` of ``compare_operating_point``."""
+    from labelrl.evaluate.paired import shared_ids
+
+    if not pairs:
+        raise ValueError("no (SFT parent, RL run) pair: pooling ΔTPR over seeds needs at least one")
+    ids = shared_ids([run for pair in pairs for run in pair])
+    first = pairs[0][0]
+    positive, _ = positive_scores(first, positive_label)
+    is_pos = _binary_view(first, _rows(first, ids), positive)[0]
+    scores, pred_pos, parsed = [], [], []
+    for parent, run in pairs:
+        scores.append(positive_scores(parent, positive)[1][_rows(parent, ids)])
+        _, answered, ok = _binary_view(run, _rows(run, ids), positive)
+        pred_pos.append(answered)
+        parsed.append(ok)
+    out = distance(is_pos, np.array(scores), np.array(pred_pos), np.array(parsed), n_boot=n_boot, seed=seed)
+    out |= {"positive_label": positive, "n": len(ids), "position": position(out["ci"]), "words": distance_words(out)}
+    return out
+
+
+def _rows(pred: Predictions, ids: list[str]) -> list[int]:
+    where = {i: r for r, i in enumerate(pred.ids)}
+    return [where[i] for i in ids]

@@ -10,6 +10,9 @@
   from the same parent (ablations, with the config keys that differ), paired on the holdout
   items over items and seeds (``labelrl.evaluate.paired``), and the same on every OOD set's
   holdout (``labelrl.ladder.paired_arms``; each entry of ``paired.json`` names its ``split``).
+* **family**: every comparison above (and the curve) as one family, Holm-corrected: the words
+  "better" and "worse" are the corrected decisions, and "no detectable difference" states the
+  smallest difference it could have detected (``labelrl.ladder.correction``).
 * **curve_point** (binary tasks): every RL arm against its SFT parent as a curve (ΔROC-AUC of the
   label-token scores) and a point (recall and precision of its own answers), on the holdout, added
   to ``paired.json`` as kind ``curve_vs_sft`` (``labelrl.ladder.curve_vs_sft``).
@@ -35,6 +38,7 @@ from typing import Any, Callable
 from labelrl.fileio import atomic_write_json
 from labelrl.ladder.arms import eval_paths
 from labelrl.ladder.collapse import add_collapse_and_majority, mark_collapsed
+from labelrl.ladder.correction import CURVE_KIND, correct_task
 from labelrl.ladder.curve_vs_sft import add_curve_point, curve_point_comparisons
 from labelrl.ladder.generation_point import (add_generation_points, generated_name, generation_points, is_direct_rl,
                                             sweep_tally)
@@ -63,10 +67,11 @@ def analyse_task(task, task_dir: Path, tstate: dict) -> dict:
     (task_dir / "analysis").mkdir(parents=True, exist_ok=True)
     steps: dict[str, Callable[[], Any]] = {
         "route": lambda: _routes(task_dir, arms),
-        "sweep": lambda: _sweeps(task_dir, arms, tstate),
+        "sweep": lambda: _sweeps(task_dir, arms, tstate, max(task.n_boot, 1)),
         "compare": lambda: _compare(task_dir, arms, task.n_boot),
         "paired": lambda: paired_comparisons(task_dir, arms, task.n_boot, ood=list(tstate.get("ood") or [])),
         "curve_point": lambda: curve_point_comparisons(task_dir, arms, tstate, task.n_boot),  # into paired.json
+        "family": lambda: correct_task(task_dir, arms),  # every comparison above as one Holm family
         "rescore": lambda: _rescores(task_dir, arms),
         "majority": lambda: majority_baseline(task_dir, arms, task.n_boot),  # the constant predictor's row
         "generation": lambda: generation_points(task_dir, arms, groups(arms)),  # direct RL arms' greedy answers
@@ -78,8 +83,13 @@ def analyse_task(task, task_dir: Path, tstate: dict) -> dict:
             out[name] = make()
         except Exception as exc:  # an analysis that cannot be made is reported, not fatal
             out[name] = {"error": f"{type(exc).__name__}: {exc}"}
+    _refresh_corrected(task_dir, out)
     out["verdict"] = task_verdict(arms, out, tstate)
     atomic_write_json(task_dir / "analysis" / "verdict.json", out["verdict"])
+    try:  # the verdict at a glance: a grid and one sentence (labelrl.ladder.grid)
+        out["grid"] = _grid(task_dir, out["verdict"])
+    except Exception as exc:
+        out["grid"] = {"error": f"{type(exc).__name__}: {exc}"}
     return out
 
 
@@ -101,7 +111,7 @@ def _rl_runs_by_parent(arms: dict[str, dict]) -> dict[str, list[str]]:
     return by_parent
 
 
-def _sweeps(task_dir: Path, arms: dict[str, dict], tstate: dict) -> dict:
+def _sweeps(task_dir: Path, arms: dict[str, dict], tstate: dict, n_boot: int = 1000) -> dict:
     from labelrl.evaluate.io import read_predictions
     from labelrl.evaluate.plots import plot_roc
     from labelrl.evaluate.sweep import sweep
@@ -116,7 +126,8 @@ def _sweeps(task_dir: Path, arms: dict[str, dict], tstate: dict) -> dict:
         others = [read_predictions(eval_paths(task_dir, n, "val")[0], positive_label=positive) for n in children]
         routed = _routed(scored, dict(zip(children, others)), task_dir)  # each cascade's operating point too
         generated = _generated(task_dir, arms, children, positive)  # what a user without logits gets
-        result = sweep(scored, positive_label=positive, compare=others + list(routed.values()) + list(generated.values()))
+        result = sweep(scored, positive_label=positive, compare=others + list(routed.values()) + list(generated.values()),
+                       n_boot=n_boot)
         result["arms"] = {"base": parent, "compared": children + list(routed) + list(generated)}
         path = task_dir / "analysis" / ("sweep.json" if not files else f"sweep-{parent}.json")
         result["plot"] = str(plot_roc(result, path.with_suffix(".roc.png")))
@@ -127,7 +138,33 @@ def _sweeps(task_dir: Path, arms: dict[str, dict], tstate: dict) -> dict:
                          "base": parent} for n, c in zip(result["arms"]["compared"], result["compared"])}
     if not files:
         return {"note": "no RL arm started from a scored (direct) SFT model"}
-    return {"files": files, "file": next(iter(files.values())), "verdicts": verdicts}
+    pooled = _pooled_sweeps(task_dir, arms, positive, n_boot)
+    if pooled:
+        atomic_write_json(task_dir / "analysis" / "sweep-pooled.json", pooled)
+    return {"files": files, "file": next(iter(files.values())), "verdicts": verdicts, "pooled": pooled}
+
+
+def _pooled_sweeps(task_dir: Path, arms: dict[str, dict], positive: str, n_boot: int) -> dict:
+    """Each replicated RL arm's ΔTPR from its parents' curves pooled over its seeds
+    (``labelrl.evaluate.sweep.distance_over_seeds``: each run against its own seed's parent), by arm."""
+    from labelrl.evaluate.io import read_predictions
+    from labelrl.evaluate.sweep import distance_over_seeds
+
+    out = {}
+    for g, runs in groups(arms).items():
+        if len(runs) < 2 or arms[runs[0]]["type"] not in RL_TYPES:
+            continue
+        parents = [arms[r].get("from") for r in runs]
+        if any(p not in arms or arms[p]["type"] != "sft" for p in parents):
+            continue
+        pairs = [(read_predictions(eval_paths(task_dir, p, "val")[0], positive_label=positive),
+                  read_predictions(eval_paths(task_dir, r, "val")[0], positive_label=positive)) for p, r in zip(parents, runs)]
+        if any(p.scores() is None for p, _ in pairs):
+            continue
+        result = distance_over_seeds(pairs, positive_label=positive, n_boot=n_boot)
+        out[g] = {k: result[k] for k in ("delta_tpr", "ci", "n_pairs", "n", "position", "words", "fpr", "tpr", "curve_tpr")
+                  if k in result}
+    return out
 
 
 def _generated(task_dir: Path, arms: dict[str, dict], children: list[str], positive: str) -> dict:
@@ -203,14 +240,52 @@ def _compare(task_dir: Path, arms: dict[str, dict], n_boot: int) -> dict:
     return {"file": str(path), "filter_effect": result["filter_effect"], "objective_effect": result["objective_effect"]}
 
 
+def _grid(task_dir: Path, verdicts: list[dict]) -> dict:
+    """The task's grid from its verdict entries and ``paired.json``, saved as ``analysis/grid.json``."""
+    import json
+
+    from labelrl.ladder.grid import task_grid
+
+    path = task_dir / "analysis" / "paired.json"
+    comparisons = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else []
+    grid = task_grid([v for v in verdicts if v.get("runs")], comparisons)
+    atomic_write_json(task_dir / "analysis" / "grid.json", grid)
+    return grid
+
+
+def _refresh_corrected(task_dir: Path, out: dict) -> None:
+    """The ``paired`` and ``curve_point`` summaries re-read from ``paired.json`` once the family
+    correction rewrote its words (``labelrl.ladder.correction``)."""
+    import json
+
+    path = task_dir / "analysis" / "paired.json"
+    family = out.get("family") or {}
+    if "error" in family or not path.is_file():
+        return
+    comparisons = json.loads(path.read_text(encoding="utf-8"))
+    if isinstance(out.get("paired"), dict) and "comparisons" in out["paired"]:
+        out["paired"]["comparisons"] = paired_summary([c for c in comparisons if c.get("kind") != CURVE_KIND])
+    if isinstance(out.get("curve_point"), dict) and "comparisons" in out["curve_point"]:
+        out["curve_point"]["comparisons"] = [{"kind": CURVE_KIND, "a": c["a"], "b": c["b"], "curve": c["result"]["curve"],
+                                              "point": c["result"]["point"]}
+                                             for c in comparisons if c.get("kind") == CURVE_KIND]
+
+
 # ---------------------------------------------------------------- paired comparisons
+
+
+def paired_summary(comparisons: list[dict]) -> list[dict]:
+    """The verdict's view of ``paired.json`` entries: kind, split, sides, verdict and words."""
+    from labelrl.evaluate.paired import verdict_words
+
+    return [{k: c[k] for k in ("kind", "split", "a", "b")}
+            | {"verdict": c["result"]["verdict"], "words": c.get("words") or verdict_words(c["result"])}
+            for c in comparisons]
 
 
 def paired_comparisons(task_dir: Path, arms: dict[str, dict], n_boot: int, ood: list[str] | None = None) -> dict:
     """Every paired comparison the module docstring lists, on the holdout and on each OOD set
     (``ood``; default: every set an arm was scored on), saved as ``analysis/paired.json``."""
-    from labelrl.evaluate.paired import verdict_words
-
     grouped = groups(arms)
     rl_groups = [g for g, runs in grouped.items() if arms[runs[0]]["type"] in RL_TYPES]
     left_out: dict[str, str] = {}
@@ -218,25 +293,27 @@ def paired_comparisons(task_dir: Path, arms: dict[str, dict], n_boot: int, ood: 
     comparisons += [c | {"split": "holdout"} for c in majority_comparisons(task_dir, arms, grouped, n_boot)]
     for name in ood_names(arms) if ood is None else ood:  # the same comparisons out of domain
         comparisons += rl_comparisons(task_dir, arms, grouped, rl_groups, f"ood-{name}", n_boot, left_out)
-    mark_collapsed(comparisons, arms)  # a comparison a collapsed arm loses is worded as the collapse
+    mark_collapsed(comparisons, arms, task_dir)  # a collapsed, unmoved or signal-less side is named as such
     path = task_dir / "analysis" / "paired.json"
     atomic_write_json(path, comparisons)
-    return {"file": str(path), "left_out": left_out,
-            "comparisons": [{k: c[k] for k in ("kind", "split", "a", "b")}
-                            | {"verdict": c["result"]["verdict"], "words": c.get("words") or verdict_words(c["result"])}
-                            for c in comparisons]}
+    return {"file": str(path), "left_out": left_out, "comparisons": paired_summary(comparisons)}
 
 
 # ---------------------------------------------------------------- the verdict
 
 
-def _sweep_summary(runs: list[str], sweeps: dict) -> str | None:
+def _sweep_summary(runs: list[str], sweeps: dict, pooled: dict | None = None) -> str | None:
+    """"operating point on the curve (…)": one run's sweep verdict; several seeds: the ΔTPR pooled
+    over them (its position and interval) with the per-seed tally beside it."""
     found = [sweeps[r] for r in runs if r in sweeps]
     if not found:
         return None
     if len(found) == 1:
         return f"operating point {found[0]['verdict']}"
-    return f"operating point against a threshold on the SFT model: {sweep_tally(found)}"
+    tally = sweep_tally(found)
+    if pooled and not any(f["verdict"].startswith("uninformative") for f in found):
+        return f"operating point {pooled['position']} ({pooled['words']}; by seed: {tally})"
+    return f"operating point against a threshold on the SFT model: {tally}"
 
 
 def task_verdict(arms: dict[str, dict], analysis: dict, tstate: dict) -> list[dict]:
@@ -252,6 +329,7 @@ def task_verdict(arms: dict[str, dict], analysis: dict, tstate: dict) -> list[di
     by_pair = {(c["kind"], c["b"]): f"{shown[c['kind']].format(a=c['a'])}: {c.get('words') or c['verdict']}"
                for c in paired.get("comparisons", []) if c["kind"] in shown and c.get("split", "holdout") == "holdout"}
     sweeps = (analysis.get("sweep") or {}).get("verdicts") or {}
+    pooled = (analysis.get("sweep") or {}).get("pooled") or {}
     threshold_text = tstate.get("success_threshold")
     out = []
     for g, runs in grouped.items():
@@ -262,7 +340,7 @@ def task_verdict(arms: dict[str, dict], analysis: dict, tstate: dict) -> list[di
         fp = [v for v in fp if v is not None]
         failed = (f"failed-positive fraction {sum(fp) / len(fp):.3f} (failed: reward below "
                   f"{threshold_text if threshold_text is not None else 'full credit'})") if fp else None
-        sweep = _sweep_summary(runs, sweeps)
+        sweep = _sweep_summary(runs, sweeps, pooled.get(g))
         lines = [p for p in parts if p] + [x for x in (sweep, failed) if x]
         note = "" if paired.get("comparisons") else f"; paired comparisons not made: {paired.get('error') or paired.get('note')}"
         out.append({"arm": g, "runs": runs, "vs_sft": parts[0], "vs_threshold": parts[1], "vs_recall_matched": parts[2],
@@ -271,5 +349,5 @@ def task_verdict(arms: dict[str, dict], analysis: dict, tstate: dict) -> list[di
     add_ood_verdicts(out, paired)  # the same comparisons on each OOD set
     add_generation_points(out, analysis.get("generation"), sweeps)  # direct RL: the answers without logits
     add_stability(out, analysis.get("stability"))  # ≥ 2 seeds: spread and step changes; CoRPO vs GRPO
-    add_collapse_and_majority(out, arms, tstate, paired)  # "collapsed to L at step S", never "worse"; vs the majority class
+    add_collapse_and_majority(out, arms, tstate, paired)  # collapsed, no signal, unmoved: named first; vs the majority class
     return out

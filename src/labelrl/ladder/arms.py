@@ -198,7 +198,8 @@ def evaluate_arm(task: TaskSpec, task_dir: Path, arm_name: str, mode: str, split
     limit = {"val": task.eval_limit, "holdout": task.holdout_limit, "train": task.limit}[split]
     cfg = EvalConfig(run_or_model=str(task_dir / arm_name), split=split, splits=splits, out=predictions, json_path=report,
                      limit=limit, n_boot=task.n_boot, method=method, max_new_tokens=max_new_tokens, precision=precision,
-                     **({"data": ood, "mode": mode, "split_seed": task.split_seed} if ood else {}))
+                     **({"data": ood, "mode": mode, "split_seed": task.split_seed,
+                         "split_ratios": task.ood_split_ratios or task.split_ratios} if ood else {}))
     setup = prepare(cfg.run_or_model, cfg.data_options(), split, splits_dir=splits, limit=cfg.limit, precision=precision)
     if split == "holdout":
         data = setup.data

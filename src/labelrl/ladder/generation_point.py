@@ -10,7 +10,8 @@ first verdict use the scores; this module states the generated answers' point:
   interval (Wilson 1927) over the holdout items; the unparsed count;
 * whether the val point of the generated answers (``eval/ARM-val-generate.*``) is a threshold on
   the SFT parent's val scores: the sweep (``labelrl.evaluate.sweep``) compares it as
-  ``"ARM (greedy generation)"``, and its verdict ("reproduced" / "not reproduced" / …) is quoted.
+  ``"ARM (greedy generation)"``, and its verdict ("on the curve" / "above the curve" / "below the
+  curve", with ΔTPR at its FPR and the interval, or "uninformative" …) is quoted.
 
 With several seeds each run's point is kept; the verdict text gives the mean over the seeds of
 each figure and a tally of the sweep's verdicts over the seeds.
@@ -113,10 +114,14 @@ def point_words(points: dict[str, dict]) -> str:
 
 
 def sweep_tally(found: list[dict]) -> str:
-    """How many seeds got each sweep verdict, "reproduced" first: "reproduced in 1, uninformative in 1
-    of 2 seeds" (a count of "reproduced" alone would read an uninformative seed as a refusal)."""
-    heads = [v["verdict"].split(":")[0] for v in found]
-    order = sorted(set(heads), key=lambda h: (h != "reproduced", h))
+    """How many seeds got each sweep verdict, in the order of ``VERDICT_WORDS`` ("on the curve"
+    first): "on the curve in 1, uninformative in 1 of 2 seeds" (a count of "on the curve" alone
+    would read an uninformative seed as a point off the curve)."""
+    from labelrl.evaluate.sweep_distance import VERDICT_WORDS, verdict_word
+
+    heads = [verdict_word(v["verdict"]) for v in found]
+    rank = {w: i for i, w in enumerate(VERDICT_WORDS)}
+    order = sorted(set(heads), key=lambda h: (rank.get(h, len(rank)), h))
     return ", ".join(f"{h} in {heads.count(h)}" for h in order) + f" of {len(found)} seeds"
 
 

@@ -26,7 +26,7 @@ from labelrl.ladder.derived import matched_name
 
 # Config keys that say where a run lives or how it is logged, not what it does.
 UNCOMPARED_KEYS = {"out", "quiet", "report_to", "resume", "stop_after", "checkpoint_every", "seed",
-                   "collapse_share", "collapse_steps", "collapse_max_label_share",  # the collapse detector only reads
+                   "collapse_share", "collapse_steps", "collapse_max_lift",  # the collapse detector only reads
                    "val_path", "eval_limit"}  # an RL run's path on val: scored, never trained on
 HOLDOUT = "holdout"
 KIND_WORDS = {"vs_sft": "vs {a}", "vs_threshold": "vs {a} (SFT + threshold chosen on val)",

@@ -105,6 +105,7 @@ class TaskSpec(BaseModel):
     eval_limit: Optional[int] = Field(None, ge=1, description="Val items scored per arm: a random sample stratified by label, the same for every arm (all when empty).")
     holdout_limit: Optional[int] = Field(None, ge=1, description="Holdout items scored per arm: a random sample stratified by label, the same for every arm (all when empty).")
     ood: list[str] = Field(default_factory=list, description="Other datasets each arm is also scored on (their holdout split).")
+    ood_split_ratios: Optional[str] = Field(None, description="Shares of train, val and holdout of each OOD set's own split (default: split_ratios). Nothing trains or tunes on an OOD set, so a larger holdout share only buys items: 0.6,0.1,0.3 gives vader-tweets 1,260 holdout items instead of 420.")
     eval_max_new_tokens: Optional[int] = Field(None, ge=1, description="Token cap of generated evaluations (default: a reasoning arm's own cap, the one it trained or distilled at).")
     generate_eval: bool = Field(True, description="Also score direct RL arms by their own greedy generations parsed strictly (what a user without logit access gets).")
     on_collapse: Literal["continue", "stop"] = Field("continue", description="An RL arm flagged collapsed to one answer (labelrl.train.collapse): continue evaluates it as any arm and names the collapse in the verdict; stop marks it status collapsed, spends no holdout look on it and skips the arms that start from it.")
@@ -125,6 +126,13 @@ class TaskSpec(BaseModel):
         text = ",".join(str(v) for v in value) if isinstance(value, (list, tuple)) else value
         parse_ratios(text)
         return text
+
+    @field_validator("ood_split_ratios", mode="before")
+    @classmethod
+    def _ood_ratios(cls, value: Any) -> Any:
+        if value is None:
+            return None
+        return cls._ratios(value)
 
     @model_validator(mode="after")
     def _label_sources_are_answer_keys(self) -> "TaskSpec":

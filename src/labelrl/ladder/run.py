@@ -27,6 +27,7 @@ from labelrl.ladder.collapse import COLLAPSED, stops_on_collapse
 from labelrl.train.collapse import collapse_detail
 from labelrl.ladder.recipe import FAMILY, Recipe, TaskSpec, requires, run_order
 from labelrl.ladder.phases import phase_times
+from labelrl.ladder.noise_slope import noise_slope_step
 from labelrl.ladder.tune import tune_or_follow
 from labelrl.ladder.tune_grid import arm_grid, finished_config_matches, moved_to_run
 
@@ -79,6 +80,8 @@ class Ladder:
             atomic_write_text(self.run_dir / "recipe.yaml", yaml.safe_dump(self.recipe.as_written(), sort_keys=False))
             for task_name, task in self.recipe.tasks.items():
                 self.run_task(task_name, task)
+            if (slope := noise_slope_step(self.run_dir, self.state, self.recipe, self.console)) is not None:
+                self.state["noise_slope"] = slope  # across tasks: RL's slope on label noise against SFT's
             # where the time went, for the console and the report (which reads files only)
             self.state["phases"] = phase_times(self.state)
             self.state["seconds_last_invocation"] = time.monotonic() - started

@@ -6,9 +6,13 @@ scored on val only, and the best becomes the arm (the grid itself: ``labelrl.lad
   itself is (``labelrl.ladder.arms.evaluate_arm``: ``eval_limit`` items, label-token scores or, in
   reasoning mode, generations at the arm's token cap), written beside it as
   ``tune/NAME-val.parquet`` and ``tune/NAME-val.json``. No candidate is evaluated on the holdout.
-* **Selection.** The highest val balanced accuracy wins; a tie goes to the candidate listed
-  first. A candidate that fails is recorded with its error (``tune/NAME/error.txt``) and left
-  out; the arm fails when every candidate does.
+* **Selection.** The highest val balanced accuracy wins. Candidates whose val balanced accuracy
+  is equal (to 1e-9: the same answers count on the same items) are a **tie**, recorded
+  (``tune.tie``) and printed as one: it is broken by the first val metric that separates the tied
+  candidates, in the order of ``TIE_BREAKERS`` (ROC-AUC of the label-token scores: the ranking;
+  the mean absolute grade error for ordinal labels; accuracy). Only when none separates them is
+  the first listed kept, and the tie says so. A candidate that fails is recorded with its error
+  (``tune/NAME/error.txt``) and left out; the arm fails when every candidate does.
 * **The arm.** The winner's run directory is linked into ``TASK/ARM`` (hard links where the file
   system allows, else copies) and its val evaluation becomes ``eval/ARM-val.*`` (the same model
   on the same items); ``tune/selected.json`` is written last. From then on the arm is the
@@ -42,7 +46,10 @@ from labelrl.ladder.tune_grid import Grid, with_values
 TUNE_DIR = "tune"
 SELECTED_FILE = "selected.json"
 SELECT_METRIC = "balanced_accuracy"
-TIE_BREAK = "the first value listed"
+TIE_BREAK = "the first val metric that separates them (ROC-AUC, mean |grade error|, accuracy), else the first listed"
+# (metric, higher is better): the val metrics that break a tie on balanced accuracy, in order.
+TIE_BREAKERS = (("roc_auc", True), ("mean_abs_grade_error", False), ("accuracy", True))
+TIE_TOL = 1e-9
 
 
 def values_text(values: dict) -> str:
@@ -57,15 +64,59 @@ def candidate_names(candidates: list[dict]) -> list[str]:
     return names if len(set(names)) == len(names) else [f"{i}-{n}" for i, n in enumerate(names)]
 
 
+def _score(record: dict, metric: str) -> float | None:
+    value = (record.get("val") or {}).get(metric)
+    return float(value) if record.get("status") == "done" and isinstance(value, (int, float)) and math.isfinite(value) else None
+
+
+def tie(records: list[dict]) -> dict | None:
+    """The tie on val balanced accuracy at the top, or None: ``{"candidates": [index…], "score",
+    "broken_by": metric or None, "by": {index: value}}`` (module docstring)."""
+    scores = {i: v for i, r in enumerate(records) if (v := _score(r, SELECT_METRIC)) is not None}
+    if not scores:
+        return None
+    top = max(scores.values())
+    tied = [i for i, v in scores.items() if top - v <= TIE_TOL]
+    if len(tied) < 2:
+        return None
+    for metric, higher in TIE_BREAKERS:
+        values = {i: _score(records[i], metric) for i in tied}
+        if any(v is None for v in values.values()):
+            continue
+        best = max(values.values()) if higher else min(values.values())
+        if sum(abs(v - best) <= TIE_TOL for v in values.values()) == 1:
+            return {"candidates": tied, "score": top, "broken_by": metric, "by": values}
+    return {"candidates": tied, "score": top, "broken_by": None, "by": {}}
+
+
 def select(records: list[dict]) -> int | None:
-    """Index of the winning candidate: the highest finite val balanced accuracy among the
-    finished ones, the first listed on a tie; None when none finished."""
-    best, best_score = None, -math.inf
-    for i, record in enumerate(records):
-        score = (record.get("val") or {}).get(SELECT_METRIC)
-        if record.get("status") == "done" and isinstance(score, (int, float)) and math.isfinite(score) and score > best_score:
-            best, best_score = i, score  # strictly greater: an equal later score keeps the earlier candidate
-    return best
+    """Index of the winning candidate: the highest finite val balanced accuracy among the finished
+    ones; a tie is broken as ``tie`` says (the first listed only when no val metric separates the
+    tied candidates); None when none finished."""
+    scores = {i: v for i, r in enumerate(records) if (v := _score(r, SELECT_METRIC)) is not None}
+    if not scores:
+        return None
+    found = tie(records)
+    if found is None:
+        return max(scores, key=lambda i: scores[i])
+    if found["broken_by"] is None:
+        return found["candidates"][0]
+    higher = dict(TIE_BREAKERS)[found["broken_by"]]
+    pick = max if higher else min
+    return pick(found["by"], key=lambda i: found["by"][i])
+
+
+def tie_text(records: list[dict], found: dict | None) -> str | None:
+    """``tie on val balanced accuracy 0.391 (learning_rate=3e-06, learning_rate=1e-05): broken by val
+    roc_auc (0.912 vs 0.897)``, or ``…: no val metric separates them, the first listed kept``."""
+    if found is None:
+        return None
+    names = ", ".join(values_text(records[i]["values"]) for i in found["candidates"])
+    head = f"tie on val balanced accuracy {found['score']:.3f} ({names})"
+    if found["broken_by"] is None:
+        return f"{head}: no val metric separates them, the first listed kept"
+    by = " vs ".join(f"{found['by'][i]:.3f}" for i in found["candidates"])
+    return f"{head}: broken by val {found['broken_by']} ({by})"
 
 
 def evaluate_candidate(task: TaskSpec, task_dir: Path, run: Path, mode: str, cap: int | None, precision: str) -> dict:
@@ -169,10 +220,11 @@ def tune_arm(task: TaskSpec, task_dir: Path, arm_name: str, arm_type: str, cfg: 
         errors = "; ".join(f"{values_text(r['values'])}: {r['error']}" for r in records)
         raise ValueError(f"{arm_name}: every candidate of its grid failed ({errors}); see {arm_dir / TUNE_DIR}/*/error.txt")
     adopt_winner(task_dir, arm_name, arm_dir / TUNE_DIR / names[best])
-    st["tune"].update(chosen=records[best]["values"], chosen_dir=records[best]["dir"])
+    tied = tie_text(records, tie(records))
+    st["tune"].update(chosen=records[best]["values"], chosen_dir=records[best]["dir"], tie=tied)
     atomic_write_json(selected_path, st["tune"])  # last: the arm directory is complete
-    console.print(f"[bold]{arm_name}: {values_text(records[best]['values'])} chosen on val[/] (highest val balanced "
-                  f"accuracy of {len(records)} candidates; ties go to {TIE_BREAK})")
+    console.print(f"[bold]{arm_name}: {values_text(records[best]['values'])} chosen on val[/] "
+                  + (f"({tied})" if tied else f"(highest val balanced accuracy of {len(records)} candidates)"))
     return with_values(cfg, records[best]["values"])
 
 
@@ -206,4 +258,4 @@ def tune_note(arm: dict) -> str | None:
         return f"{values_text(tune['chosen'])}, chosen on val by {tune['selected_by']}"
     tried = ", ".join(f"{values_text(r['values'])} → " + (f"{r['val'][SELECT_METRIC]:.3f}" if r.get("val") else "failed")
                       for r in tune.get("candidates") or [])
-    return f"{values_text(tune['chosen'])} chosen on val (val BA: {tried})"
+    return f"{values_text(tune['chosen'])} chosen on val (val BA: {tried})" + (f"; {tune['tie']}" if tune.get("tie") else "")

@@ -297,19 +297,23 @@ def _sweep_blocks(task: TaskData, s: dict, key: str, sink: FigureSink) -> list[B
     text = (f"SFT model ({base}): ROC-AUC {fmt(s.get('roc_auc'))} on {fmt(s.get('n'), 0)} val "
             f"items ({fmt(s.get('n_positive'), 0)} with the positive label {s.get('positive_label')!r}).")
     blocks: list[Block] = [Para(text), sink.image(key, f"{task.name}: ROC of the SFT model {base} with the operating "
-                                                  f"point of each RL arm trained from it (hollow: not reproduced by any threshold)",
+                                                  f"point of each RL arm trained from it (hollow: above or below the curve, "
+                                                  f"its ΔTPR interval excluding 0)",
                                                   lambda path: F.roc_png(s, path))]
-    rows = [[arm, str(c.get("verdict", "?")), str(c.get("verdict_rests_on", "—")),
-             fmt((c.get("compared_metrics") or {}).get("recall")), fmt((c.get("compared_metrics") or {}).get("fpr")),
-             fmt(c.get("recall_matched_threshold"), 4), fmt((c.get("recall_matched_metrics") or {}).get("fpr")),
-             fmt_ci(c.get("item_agreement"), c.get("item_agreement_ci")), fmt(c.get("chance_agreement")),
-             str(c.get("tolerance_text", ""))]
-            for c, arm in zip(s.get("compared") or [], F.compared_arms(s))]
+    rows = []
+    for c, arm in zip(s.get("compared") or [], F.compared_arms(s)):
+        d = c.get("distance") or {}  # a sweep file written before the distance has none: "—"
+        rows.append([arm, str(c.get("verdict", "?")), str(c.get("verdict_rests_on", "—")),
+                     fmt(d.get("tpr", (c.get("compared_metrics") or {}).get("recall"))),
+                     fmt(d.get("fpr", (c.get("compared_metrics") or {}).get("fpr"))), fmt(d.get("curve_tpr")),
+                     fmt_ci(d.get("delta_tpr"), d.get("ci"), sign=True), fmt(c.get("recall_matched_threshold"), 4),
+                     fmt_ci(c.get("item_agreement"), c.get("item_agreement_ci")), fmt(c.get("chance_agreement"))])
     if rows:
-        blocks.append(TableBlock(["arm", "sweep verdict", "rests on", "arm recall", "arm FPR", "SFT threshold at that recall",
-                                  "SFT FPR there", "items answered alike [95% CI]", "chance agreement", "tolerance"], rows,
+        blocks.append(TableBlock(["arm", "sweep verdict", "rests on", "arm TPR (recall)", "arm FPR (unparsed: not rejected)",
+                                  "SFT curve's TPR at that FPR", "ΔTPR [95% CI]", "SFT threshold at the arm's recall",
+                                  "items answered as at that threshold [95% CI]", "chance agreement"], rows,
                                  f"{task.name}: is each arm's (and each cascade's) val operating point a threshold on "
-                                 f"the SFT model {base}?"))
+                                 f"the SFT model {base}? On the curve when the ΔTPR interval covers 0"))
     return blocks
 
 

@@ -7,7 +7,9 @@
 * the labels themselves (section 10): the audit per split and, with a relabel arm, the relabel
   summary next to the original labels' duplicate agreement; with an arm trained on a relabel
   arm's labels (``labels_from``), the four cells trained on either labels × scored against either;
-* how injected label noise was seeded (``noise_seed_words``, in the samples table's caption).
+* how injected label noise was seeded (``noise_seed_words``, in the samples table's caption), and
+  the paired difference of slopes on ε, RL's against SFT's (``noise_slope_lines``, under the
+  section 8 figure; ``RUN_DIR/analysis/noise_slope.json``, labelrl.ladder.noise_slope).
 
 Every figure and table is built from the run's files (``collect``); nothing loads a model.
 """
@@ -203,6 +205,19 @@ def noise_seed_words(task: TaskData) -> str:
     flipped = ", ".join(f"seed {s}: {r.get('n_flipped')} of {r.get('n_train')} flipped" for s, r in by_seed.items() if r)
     return (f"; label_noise_seed: run, other flipped items for each run seed (the same training items, flips "
             f"seeded by the run's seed; {flipped or 'per run in ARM/label_noise.json'})")
+
+
+def noise_slope_lines(run_dir: Path, data: str) -> list[str]:
+    """The slope comparisons on ``data`` in ``RUN_DIR/analysis/noise_slope.json`` (written by the
+    ladder, labelrl.ladder.noise_slope), one sentence each: "RL loses more than SFT as noise rises
+    (slope difference …)", or why it was not computed; [] when the file is absent."""
+    record = _read_json(Path(run_dir) / "analysis" / "noise_slope.json")
+    lines = []
+    for c in (record or {}).get("comparisons") or []:
+        if isinstance(c, dict) and c.get("data") == data:
+            what = c.get("words") or f"slope not computed: {c.get('error')}"
+            lines.append(f"{c.get('rl')} vs {c.get('sft')}, holdout balanced accuracy on ε: {what}")
+    return lines
 
 
 def _read_json(path: Path) -> dict | None:

@@ -34,4 +34,6 @@ def collapse_note(arm: ArmData) -> str:
     shown = f"{share:.2f} of {series}" if isinstance(share, (int, float)) else series
     outcome = ("stopped (on_collapse: stop): not evaluated" if arm.status == "collapsed"
                else "its scores are a constant answer's, not the method's")
-    return f"collapsed to {flag.get('label')} at step {flag.get('step')} ({shown}): {outcome}"
+    when = (f"(inherited from {arm.parent or 'its parent'})" if flag.get("inherited")  # the parent answered it already
+            else f"at step {flag.get('step')}")
+    return f"collapsed to {flag.get('label')} {when} ({shown}): {outcome}"

@@ -12,7 +12,7 @@ import statistics
 from collections import defaultdict
 
 from labelrl.report import figures as F
-from labelrl.report.analyses import noise_seed_words
+from labelrl.report.analyses import noise_seed_words, noise_slope_lines
 from labelrl.report.collect import ArmData, RunData, TaskData
 from labelrl.report.render import Block, FigureSink, Items, Para, TableBlock, fmt, fmt_ci
 from labelrl.report.verdict_tables import generation_table, stability_tables
@@ -35,9 +35,28 @@ def verdict(task: TaskData, sink: FigureSink) -> list[Block]:
         return []
     lines = [v.get("text", "") for v in task.verdict if v.get("text")]
     sets = "the holdout" + (f" and on each OOD set's holdout ({', '.join(task.ood_names)})" if task.ood_names else "")
-    head = (f"{task.name} ({task.data}): comparisons on {sets}, paired on the same items; an interval covering 0 is "
-            "\"no detectable difference\".")
-    return [Para(head), Items(lines), *generation_table(task), *stability_tables(task)]
+    head = (f"{task.name} ({task.data}): comparisons on {sets}, paired on the same items and seeds, corrected as one "
+            "family (Holm); an adjusted interval covering 0 is \"no detectable difference\", with the smallest "
+            "difference it could have detected.")
+    return [*grid_blocks(task), Para(head), Items(lines), *generation_table(task), *stability_tables(task)]
+
+
+def grid_blocks(task: TaskData) -> list[Block]:
+    """The answer sentence and the grid of ``analysis/grid.json`` (labelrl.ladder.grid), first."""
+    import json
+
+    from labelrl.report.grid_table import grid_lines
+
+    path = task.dir / "analysis" / "grid.json"
+    if not path.is_file():
+        return []
+    grid = json.loads(path.read_text(encoding="utf-8"))
+    if not grid.get("rows"):
+        return []
+    header, *rows = grid_lines(grid)
+    caption = (f"{task.name}: ▲/▼ better/worse after the Holm correction over the task's comparisons (Δ of balanced "
+               "accuracy; of ROC-AUC for the ranking); = no detectable difference, with the smallest it could detect")
+    return [Para(f"{task.name}: {grid['sentence']}"), TableBlock(header, rows, caption)]
 
 
 def paired_table(task: TaskData) -> list[Block]:
@@ -55,13 +74,16 @@ def paired_table(task: TaskData) -> list[Block]:
         diff = "; ".join(f"{k}: {a} → {b}" for k, (a, b) in (c.get("config_diff") or {}).items())
         runs = r.get("n_runs") or [1, 1]
         rows.append([f"{c['b']} vs {c['a']}", KIND_TEXT.get(c["kind"], c["kind"]), _set_name(c), fmt(r.get("n"), 0),
-                     f"{runs[0]} / {runs[1]}", *cells, p_values or "—", _verdict_cell(c), diff or "—"])
+                     f"{runs[0]} / {runs[1]}", *cells, *_family_cells(r), p_values or "—", _verdict_cell(c), diff or "—"])
     columns = ["B vs A", "comparison", "set", "items", "runs A / B", *[f"{DELTA_TEXT[m]} (B − A) [95% CI]" for m in metrics],
-               "McNemar p (per run pair)", "verdict", "config that differs (A → B)"]
+               "tested", "p raw → Holm", "adjusted interval", "could detect", "McNemar p (per run pair)", "verdict",
+               "config that differs (A → B)"]
     ood = any(_set_name(c) != "holdout" for c in task.paired)
+    size = next((c["result"]["family"]["size"] for c in task.paired if c["result"].get("family")), None)
     caption = (f"{task.name}: paired comparisons on the holdout{' and on each OOD set (its holdout)' if ood else ''} "
                "(bootstrap over items and seeds, "
-               f"{task.paired[0]['result'].get('n_boot', '?')} resamples)")
+               f"{task.paired[0]['result'].get('n_boot', '?')} resamples)"
+               + (f"; one family of {size} tests, Holm-corrected at 5% (the raw intervals are uncorrected)" if size else ""))
     return [TableBlock(columns, rows, caption)]
 
 
@@ -71,11 +93,24 @@ def _set_name(c: dict) -> str:
     return "holdout" if split == "holdout" else f"OOD {split.removeprefix('ood-')}"
 
 
+def _family_cells(r: dict) -> list[str]:
+    """The tested metric, raw → Holm-adjusted p, the adjusted interval and the smallest detectable
+    |Δ| of a comparison corrected in its task's family (labelrl.ladder.correction); dashes otherwise."""
+    f = r.get("family")
+    if not f:
+        return ["—"] * 4
+    ci = f.get("ci_adjusted")
+    return [DELTA_TEXT.get(f.get("metric"), f.get("metric", "?")), f"{fmt(f.get('p_value'), 4)} → {fmt(f.get('p_adjusted'), 4)}",
+            f"[{ci[0]:+.3f}, {ci[1]:+.3f}]" if ci else "—",
+            fmt(f.get("detectable"), 3) if f.get("detectable") is not None else "—"]
+
+
 def _verdict_cell(c: dict) -> str:
-    """The comparison's verdict; with a side collapsed to one answer, the ladder's words, which name
-    the collapse instead of "worse" (labelrl.ladder.collapse)."""
+    """The comparison's verdict; with a side collapsed to one answer or not a method result, the
+    ladder's words, which name it instead of "worse" (labelrl.ladder.collapse)."""
     plain = c["result"].get("verdict", "")
-    return f"{c['b']} vs {c['a']}: {c['words']}" if c.get("collapsed") and c.get("words") else plain
+    named = c.get("collapsed") or c.get("not_a_result")
+    return f"{c['b']} vs {c['a']}: {c['words']}" if named and c.get("words") else plain
 
 
 def samples_table(task: TaskData) -> list[Block]:
@@ -134,7 +169,9 @@ def threshold_rows(arm: ArmData, keys: list[str]) -> list[list[str]]:
 
 def noise(run: RunData, sink: FigureSink) -> list[Block]:
     """Holdout balanced accuracy against the training-label flip rate, per arm, for tasks on the
-    same data that differ in ``label_noise`` (the claim: label noise hurts RLVR more than SFT)."""
+    same data that differ in ``label_noise`` (the claim: label noise hurts RLVR more than SFT), and
+    under the figure the ladder's verdict on that claim: RL's least-squares slope on ε minus SFT's,
+    paired, with its interval (``analysis/noise_slope.json``, labelrl.ladder.noise_slope)."""
     by_data: dict[str, list[TaskData]] = defaultdict(list)
     for task in run.tasks:
         by_data[task.data or task.name].append(task)
@@ -153,6 +190,7 @@ def noise(run: RunData, sink: FigureSink) -> list[Block]:
         blocks += [sink.image(f"noise-{data}", f"{data}: holdout balanced accuracy against the share of flipped "
                               "training labels, per arm (bars: 95% intervals)",
                               lambda path, d=data, p=dict(points): F.render_png(lambda: F.noise_figure(d, p), path)),
+                   *[Para(line) for line in noise_slope_lines(run.run_dir, data)],
                    TableBlock(["arm", *[""] * (width - 1)], [r + [""] * (width - len(r)) for r in rows],
                               f"{data}: holdout balanced accuracy by label-noise rate ε")]
     return blocks

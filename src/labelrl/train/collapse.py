@@ -1,52 +1,80 @@
-"""Collapse to one answer: an RL run that ends up answering one label for (nearly) every item.
+"""Collapse to one answer: an RL run that ends up answering one label whatever the item.
 
 A run at too high a learning rate can fall into answering one label whatever the item. Its
 holdout scores are then the scores of a constant predictor, and reporting them as the
 method's result ("RL is worse than SFT") misreads an optimisation accident. So the run is
 named: *collapsed to L at step S*.
 
-**The rule.** Given a series of (step, {label: share of the answers}) and each label's share
-of the items answered, the run is collapsed to L at step S when L takes at least ``share``
-(default 0.95) of the answers at k consecutive points of the series, while L's share of the
-items is below ``max_label_share`` (default 0.8): a task whose items are 90% one label and a
-model that answers that label is not flagged, since answering it is what a sound model nearly
-does. S is the first step of the first such run of k points; ``share`` must exceed 0.5 so that
-at most one label can qualify at a point. The flag's ``share`` is L's mean share over those k
-points. A point with no answer at all (every share 0: nothing parsed) says nothing about which
-label the model prefers: it is passed over, neither counting towards k nor ending a run, so a
-model that answers "ham" or breaks its format is still collapsed to ham.
+**The rule.** A series is a sequence of points (step, {label: share of the parsed answers},
+{label: recall}), where a label's recall is the share of the items of that label answered with
+it (an unparsed answer counts as wrong; None: no item of that label at the point). A point is
+*collapsed to L* when both
+
+(a) L holds at least ``share`` (default 0.95) of the parsed answers, and
+(b) the answers carry (almost) no information about the items: their lift over chance is below
+    ``max_lift`` (default 0.25), where, over the K labels that have items at the point,
+    BA = the mean of their recalls (balanced accuracy) and lift = (BA − 1/K) / (1 − 1/K).
+
+The run is collapsed to L at step S when k consecutive points are collapsed to L; S is the first
+step of the first such run of k points, and the flag's ``share`` and ``lift`` are L's mean share
+and the mean lift over those k points. ``share`` must exceed 0.5 so that at most one label can
+qualify at a point. A point that is no evidence is passed over, neither counting towards k nor
+ending a run: one where nothing parsed (every share 0), and one where fewer than 2 labels have
+items (a lift needs two); so a model that answers "ham" or breaks its format is still collapsed
+to ham (its unparsed answers are wrong answers in the recalls).
+
+*Why information, not shares.* Whether answering one label is a collapse depends on the items,
+not on the share alone: on sms-spam (86.6% ham) a constant "ham" has accuracy 0.866 but recalls
+1 and 0, so BA = 1/2 and lift 0 (a constant answer has lift exactly 0 on any label mix), while a
+sound model answering ham on 96.5% of a 97%-ham task with spam recall 0.9 has ham recall
+(0.965 − 0.03·0.1)/0.97 = 0.992, BA 0.946, lift 0.89. An earlier rule exempted a label making
+up ≥ 0.8 of the items, and so never flagged the constant "ham" on sms-spam.
+
+*Why max_lift = 0.25.* With (a), the answers other than L are at most 1 − share = 5% of the
+items; the most they can add to BA is being right on the smallest label (item share m), whose
+recall is then at most 0.05/m, while L's recall is at most 1. So BA ≤ (1 + 0.05/m)/K and
+lift ≤ (0.05/m)/(K − 1). A 5-grade task whose rarest grade is 10% of the items: lift ≤
+(0.05/0.10)/4 = 0.125, and under 0.25 while that grade holds more than 5%. A sound model is far above:
+spam recalls 0.95/0.90 give BA 0.925, lift 0.85. A binary task with a rare label (m = 0.134 on
+sms-spam) can reach lift 0.37 at share 0.95 (spam recall 0.37, ham recall 1): a weak model that
+still separates some items, not a constant one, and is not flagged. The threshold is this
+argument's choice, not a measured one: lower it to flag fewer runs, raise it to flag more.
 
 **The two series** (each judged by the same rule; the earlier flag wins, rollouts on a tie):
 
 * ``rollouts``: per RL step, each label's share among the step's parsed rollout answers
-  (``rollout/answer_share/<label>`` in metrics.jsonl), against the labels' shares of the
-  training items (``groups/label_share_data/<label>``, logged with every step). Unparsed
-  answers are left out of the denominator. Here k = ``collapse_steps`` steps.
-* ``val``: per in-loop evaluation after the first update, each label's share of the greedy
-  (argmax) val answers (``label_share`` of ``RUN_DIR/val_path.jsonl``,
-  ``labelrl.evaluate.val_path``), when that file exists, against the labels' shares of the val
-  sample scored. Here k = ``evals_needed(n_evals, collapse_steps)``: k evaluations, but never
-  more than half of the n evaluations made (at least one). A greedy answer on every val item is
-  far stronger evidence than one step's B×G samples, and a run evaluated every 10 steps for 20
-  steps has too few points for 3 in a row.
+  (``rollout/answer_share/<label>`` in metrics.jsonl) and each label's recall among the step's
+  rollouts (``rollout/answer_recall/<label>``; absent for a label no prompt of the step had).
+  Here k = ``collapse_steps`` steps. A metrics file written before the recall was logged has
+  no point with 2 labels' recall: it is never flagged.
+* ``val``: per in-loop evaluation after the first update, the greedy (argmax) val answers'
+  ``label_share`` and ``recall`` in ``RUN_DIR/val_path.jsonl`` (``labelrl.evaluate.val_path``),
+  when that file exists. Here k = ``evals_needed(n_evals, collapse_steps)``: k evaluations, but
+  never more than half of the n evaluations made (at least one). A greedy answer on every val
+  item is far stronger evidence than one step's B×G samples, and a run evaluated every 10 steps
+  for 20 steps has too few points for 3 in a row.
 
 **Inherited, not caused.** The starting model's evaluation (step 0 of ``val_path.jsonl``) is the
-baseline: a label on which it is already collapsed (the rule at that one point) is never flagged,
-in either series. Answering it is the parent's doing (its own verdict shows it), and RL that kept
-it is not an optimisation accident.
+baseline. When the run's points are collapsed to a label the start was already collapsed to (the
+rule at that one point), the flag is still returned, with ``"inherited": True``: the run answers
+one label, and its scores are still a constant answer's, but the parent did it, not this run's
+RL. ``collapse_text`` says so ("collapsed to ham (inherited from its parent)").
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Collection, Mapping, Sequence
+from typing import Collection, Mapping, Optional, Sequence
 
 from labelrl import metrics_keys as K
 from labelrl.fileio import read_jsonl
 
 METRICS_FILE = "metrics.jsonl"
 SERIES = ("rollouts", "val")
-DEFAULTS = {"share": 0.95, "steps": 3, "max_label_share": 0.8}
+DEFAULTS = {"share": 0.95, "steps": 3, "max_lift": 0.25}
+
+# A point of a series: (step, {label: share of the parsed answers}, {label: recall, None without items}).
+Point = tuple[int, Mapping[str, float], Mapping[str, Optional[float]]]
 
 
 def answer_shares(answers: Sequence[str | None], label_names: Sequence[str]) -> dict[str, float]:
@@ -59,119 +87,140 @@ def answer_shares(answers: Sequence[str | None], label_names: Sequence[str]) -> 
     return {label: sum(a == label for a in parsed) / len(parsed) for label in label_names}
 
 
+def answer_recalls(answers: Sequence[str | None], labels: Sequence[str],
+                   label_names: Sequence[str]) -> dict[str, float | None]:
+    """``{label: recall}``: among the answers whose item has that label (``labels[i]``: answer i's
+    item's label), the share that answered it; an unparsed answer (None) is wrong. None for a
+    label with no item. Every label of ``label_names`` is present."""
+    if len(answers) != len(labels):
+        raise ValueError(f"{len(answers)} answers for {len(labels)} labels: give one item label per answer")
+    out: dict[str, float | None] = {}
+    for label in label_names:
+        mine = [a for a, y in zip(answers, labels) if y == label]
+        out[label] = sum(a == label for a in mine) / len(mine) if mine else None
+    return out
+
+
+def lift(recall: Mapping[str, float | None]) -> float | None:
+    """The answers' lift over chance (module docstring): (BA − 1/K) / (1 − 1/K), BA the mean recall
+    over the K labels whose recall is not None; None when K < 2 (no evidence). 0 for a constant
+    answer on any label mix, 1 for every item right, negative below chance."""
+    known = [float(r) for r in recall.values() if r is not None]
+    if len(known) < 2:
+        return None
+    chance = 1 / len(known)
+    return (sum(known) / len(known) - chance) / (1 - chance)
+
+
 def evals_needed(n_evals: int, steps: int) -> int:
     """Consecutive evaluations that make a val collapse: ``steps`` (k), but at most half of the
     ``n_evals`` evaluations made, and at least 1 (module docstring)."""
     return max(1, min(steps, n_evals // 2))
 
 
-def _check(share: float, steps: int, max_label_share: float) -> None:
+def _check(share: float, steps: int, max_lift: float) -> None:
     if not 0.5 < share <= 1:
         raise ValueError(f"collapse_share={share}: must be in (0.5, 1] so that at most one label can hold it; "
                          "set e.g. --collapse-share 0.95")
     if steps < 1:
         raise ValueError(f"collapse_steps={steps}: a collapse needs at least 1 step; set --collapse-steps 1 or more")
-    if not 0 < max_label_share <= 1:
-        raise ValueError(f"collapse_max_label_share={max_label_share}: must be in (0, 1]; set e.g. "
-                         "--collapse-max-label-share 0.8")
+    if not 0 < max_lift <= 1:
+        raise ValueError(f"collapse_max_lift={max_lift}: must be in (0, 1] (a constant answer has lift 0, and a "
+                         "point is collapsed only below the bound); set e.g. --collapse-max-lift 0.25")
 
 
-def find_collapse(series: Sequence[tuple[int, Mapping[str, float]]], item_share: Mapping[str, float], *,
-                  share: float = DEFAULTS["share"], steps: int = DEFAULTS["steps"],
-                  max_label_share: float = DEFAULTS["max_label_share"], inherited: Collection[str] = ()) -> dict | None:
-    """The first collapse in ``series`` (points in order: ``(step, {label: share})``) by the
-    module docstring's rule with k = ``steps``: ``{"label", "step", "share"}`` (``step``: the first
-    step of the run of k points; ``share``: the label's mean share over them), or None. Points
-    with every share 0 (nothing parsed) are passed over. ``item_share`` gives each label's share
-    of the items answered (a label absent there: 0); labels in ``inherited`` are never flagged."""
-    _check(share, steps, max_label_share)
+def find_collapse(points: Sequence[Point], *, share: float = DEFAULTS["share"], steps: int = DEFAULTS["steps"],
+                  max_lift: float = DEFAULTS["max_lift"], inherited: Collection[str] = ()) -> dict | None:
+    """The first collapse in ``points`` (in order: ``(step, {label: share}, {label: recall})``) by
+    the module docstring's rule with k = ``steps``: ``{"label", "step", "share", "lift",
+    "inherited"}`` (``step``: the first step of the run of k points; ``share`` and ``lift``: their
+    means over it; ``inherited``: the label is in ``inherited``, the labels the starting model was
+    already collapsed to), or None. Points with nothing parsed or fewer than 2 labels with items
+    are passed over."""
+    _check(share, steps, max_lift)
     run_label, run = None, []
-    for step, shares in series:
-        if not any(shares.values()):  # nothing parsed: no evidence either way
+    for step, shares, recall in points:
+        gain = lift(recall)
+        if not any(shares.values()) or gain is None:  # nothing parsed, or one label only: no evidence either way
             continue
         top = max(shares, key=lambda label: shares[label])
-        held = shares[top] >= share and item_share.get(top, 0.0) < max_label_share and top not in inherited
-        if not held:
+        if shares[top] < share or gain >= max_lift:
             run_label, run = None, []
             continue
         if top != run_label:
             run_label, run = top, []
-        run.append((step, shares[top]))
+        run.append((step, shares[top], gain))
         if len(run) == steps:
-            return {"label": top, "step": run[0][0], "share": sum(s for _, s in run) / steps}
+            return {"label": top, "step": run[0][0], "share": sum(s for _, s, _ in run) / steps,
+                    "lift": sum(g for _, _, g in run) / steps, "inherited": top in inherited}
     return None
 
 
-def rollout_series(records: Sequence[dict]) -> list[tuple[int, dict[str, float]]]:
-    """(step, {label: share of parsed rollout answers}) of each metrics.jsonl record that has them."""
-    prefix = K.ANSWER_SHARE + "/"
+def _per_label(record: Mapping, prefix: str) -> dict[str, float]:
+    return {k[len(prefix) + 1:]: float(v) for k, v in record.items() if k.startswith(prefix + "/") and v is not None}
+
+
+def rollout_series(records: Sequence[dict]) -> list[Point]:
+    """(step, {label: share of parsed rollout answers}, {label: recall among the step's rollouts})
+    of each metrics.jsonl record that has shares; a label without a logged recall is absent."""
     out = []
     for record in records:
-        shares = {k[len(prefix):]: float(v) for k, v in record.items() if k.startswith(prefix)}
+        shares = _per_label(record, K.ANSWER_SHARE)
         if shares:
-            out.append((int(record[K.STEP]), shares))
+            out.append((int(record[K.STEP]), shares, _per_label(record, K.ANSWER_RECALL)))
     return out
 
 
-def data_shares(records: Sequence[dict]) -> dict[str, float]:
-    """Each label's share of the training items, as logged with the steps (the same every step)."""
-    prefix = K.LABEL_SHARE_DATA + "/"
-    for record in records:
-        shares = {k[len(prefix):]: float(v) for k, v in record.items() if k.startswith(prefix)}
-        if shares:
-            return shares
-    return {}
+def val_series(records: Sequence[dict]) -> list[Point]:
+    """(step, {label: share of the greedy val answers}, {label: recall or None}) of each
+    ``val_path.jsonl`` record (``labelrl.evaluate.val_path``)."""
+    return [(int(r["step"]), {str(k): float(v) for k, v in (r.get("label_share") or {}).items()},
+             {str(k): (None if v is None else float(v)) for k, v in (r.get("recall") or {}).items()})
+            for r in records]
 
 
 def detect_collapse(run_dir: str | Path, *, share: float = DEFAULTS["share"], steps: int = DEFAULTS["steps"],
-                    max_label_share: float = DEFAULTS["max_label_share"],
-                    val_item_share: Mapping[str, float] | None = None) -> dict | None:
+                    max_lift: float = DEFAULTS["max_lift"]) -> dict | None:
     """The run's collapse flag from its files, both series (module docstring):
-    ``{"label", "step", "share", "series"}`` of the earlier flag, or None. ``val_item_share``: the
-    labels' shares of the val sample scored (default: of the training items)."""
+    ``{"label", "step", "share", "lift", "inherited", "series"}`` of the earlier flag, or None.
+    ``inherited`` is True when the starting model (val step 0) was already collapsed to the label."""
     from labelrl.evaluate.val_path import read_val_path  # numpy and scikit-learn: only when a run is judged
 
     run_dir = Path(run_dir)
-    records = read_jsonl(run_dir / METRICS_FILE)
-    train = data_shares(records)
-    val = train if val_item_share is None else dict(val_item_share)
-    evals = [(int(r["step"]), {str(k): float(v) for k, v in (r.get("label_share") or {}).items()})
-             for r in read_val_path(run_dir)]
-    rule = {"share": share, "max_label_share": max_label_share}
-    start = [(step, shares) for step, shares in evals if step == 0]
-    inherited = {flag["label"]} if (flag := find_collapse(start, val, steps=1, **rule)) else set()
-    evals = [(step, shares) for step, shares in evals if step > 0]
+    evals = val_series(read_val_path(run_dir))
+    rule = {"share": share, "max_lift": max_lift}
+    start = find_collapse([p for p in evals if p[0] == 0], steps=1, **rule)
+    inherited = {start["label"]} if start else set()
+    evals = [p for p in evals if p[0] > 0]
     flags = []
-    for name, points, items, k in (("rollouts", rollout_series(records), train, steps),
-                                   ("val", evals, val, evals_needed(len(evals), steps))):
-        flag = find_collapse(points, items, steps=k, inherited=inherited, **rule)
+    for name, points, k in (("rollouts", rollout_series(read_jsonl(run_dir / METRICS_FILE)), steps),
+                            ("val", evals, evals_needed(len(evals), steps))):
+        flag = find_collapse(points, steps=k, inherited=inherited, **rule)
         if flag is not None:
             flags.append({**flag, "series": name})
     return min(flags, key=lambda f: (f["step"], SERIES.index(f["series"])), default=None)
 
 
 def run_collapse(run) -> dict | None:
-    """The flag of an RL run (``labelrl.train.rl.RLRun``) from its files, with the label shares
-    of the val sample its in-loop evaluations score (``labelrl.data.prepare.val_sample``)."""
-    from labelrl.data.prepare import val_sample
-
-    examples = val_sample(run.data, getattr(run.cfg, "eval_limit", None))
-    labels = run.data.dataset.labels.labels
-    val = {x: sum(ex.label == x for ex in examples) / len(examples) for x in labels} if examples else None
-    return detect_collapse(run.run_dir, val_item_share=val, **collapse_settings(run.cfg))
+    """The flag of an RL run (``labelrl.train.rl.RLRun``) from its files, by its config's settings."""
+    return detect_collapse(run.run_dir, **collapse_settings(run.cfg))
 
 
 def collapse_settings(cfg) -> dict:
     """The detector's settings from an RL config (its ``collapse_*`` fields)."""
-    return {"share": cfg.collapse_share, "steps": cfg.collapse_steps, "max_label_share": cfg.collapse_max_label_share}
+    return {"share": cfg.collapse_share, "steps": cfg.collapse_steps, "max_lift": cfg.collapse_max_lift}
 
 
-def collapse_text(flag: Mapping) -> str:
-    """``collapsed to ham at step 5``: how every summary, table and verdict names a collapse."""
+def collapse_text(flag: Mapping, parent: str | None = None) -> str:
+    """How every summary, table and verdict names a collapse: ``collapsed to ham at step 5``, or for
+    an inherited one ``collapsed to ham (inherited from its parent)`` (``parent``: the parent's
+    name, when known, in place of "its parent")."""
+    if flag.get("inherited"):
+        return f"collapsed to {flag['label']} (inherited from {parent or 'its parent'})"
     return f"collapsed to {flag['label']} at step {flag['step']}"
 
 
-def collapse_detail(flag: Mapping) -> str:
+def collapse_detail(flag: Mapping, parent: str | None = None) -> str:
     """``collapsed to ham at step 5 (0.97 of the parsed rollout answers)``."""
     what = "the parsed rollout answers" if flag.get("series", "rollouts") == "rollouts" else "the greedy val answers"
-    return f"{collapse_text(flag)} ({flag['share']:.2f} of {what})"
+    return f"{collapse_text(flag, parent)} ({flag['share']:.2f} of {what})"

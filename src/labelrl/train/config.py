@@ -110,9 +110,9 @@ class RLConfig(DataOptions, ModelOptions):
     eval_limit: Optional[int] = Field(200, ge=1, description="--val-path: score a random sample of N val items, stratified by label and the same for every run of the splits (all when empty); the ladder sets its task's eval_limit, so the path is scored on the items its val evaluations use.")
     resume: bool = Field(False, description="Continue from the last checkpoint in --out.")
     max_nonfinite: int = Field(3, ge=1, description="Stop after this many non-finite losses or gradients in a row.")
-    collapse_share: float = Field(0.95, gt=0.5, le=1, description="Collapse detector: a run is collapsed to a label when the label takes at least this share of the parsed rollout answers for --collapse-steps steps in a row (named in rl_summary.json and by the ladder's verdict instead of 'worse'; docs/metrics.md).")
+    collapse_share: float = Field(0.95, gt=0.5, le=1, description="Collapse detector: a run is collapsed to a label when the label takes at least this share of the parsed rollout answers, with a lift below --collapse-max-lift, for --collapse-steps steps in a row (named in rl_summary.json and by the ladder's verdict instead of 'worse'; docs/metrics.md).")
     collapse_steps: int = Field(3, ge=1, description="Collapse detector: consecutive steps (k) at or above --collapse-share; in-loop val evaluations need k of them, at most half of those made.")
-    collapse_max_label_share: float = Field(0.8, gt=0, le=1, description="Collapse detector: a label that makes up at least this share of the training items is never flagged (answering the majority of a skewed task is not a collapse).")
+    collapse_max_lift: float = Field(0.25, gt=0, le=1, description="Collapse detector: a point holding --collapse-share of one label counts towards a collapse only when the answers' lift over chance, (BA - 1/K) / (1 - 1/K) with BA the mean recall over the K labels with items, is below this (a constant answer has lift 0 on any label mix, a sound model far above 0.25; docs/metrics.md).")
 
     @model_validator(mode="after")
     def _check(self) -> "RLConfig":

@@ -22,7 +22,7 @@ from labelrl.rollout.lean_pass import lean_reason
 from labelrl.rollout.logprobs import completion_logprobs_shared
 from labelrl.rollout.prefix import prefix_supported, shared_prefix_length
 from labelrl.rollout.sampler import pad_id
-from labelrl.train.collapse import answer_shares
+from labelrl.train.collapse import answer_recalls, answer_shares
 from labelrl.train.distributed import gather_objects
 from labelrl.train.memory import plan_memory
 from labelrl.train.memory_rl import PROBED_PROMPTS, PassShape, rl_pass_growth_bytes
@@ -375,7 +375,14 @@ def rollout_metrics(batch: StepBatch) -> dict[str, float]:
 
 
 def answer_share_metrics(batch: StepBatch, label_names) -> dict[str, float]:
-    """``rollout/answer_share/<label>``: each label's share of the step's parsed answers (the
-    collapse detector's series, labelrl.train.collapse)."""
+    """``rollout/answer_share/<label>``: each label's share of the step's parsed answers, and
+    ``rollout/answer_recall/<label>``: among the step's rollouts whose prompt has that label, the
+    share that answered it (an answer whose parse is not ok is wrong; absent when no prompt of
+    the step has the label). The collapse detector's series (labelrl.train.collapse)."""
     answers = [g.parse.answer if g.parse.status.value == "ok" else None for g in batch.graded]
-    return {K.per_label(K.ANSWER_SHARE, label): share for label, share in answer_shares(answers, label_names).items()}
+    G = len(batch.graded) // max(len(batch.group_labels), 1)  # rows i*G … i*G+G−1 are prompt i's
+    labels = [label for label in batch.group_labels for _ in range(G)]
+    shares = {K.per_label(K.ANSWER_SHARE, label): share for label, share in answer_shares(answers, label_names).items()}
+    recalls = {K.per_label(K.ANSWER_RECALL, label): recall
+               for label, recall in answer_recalls(answers, labels, label_names).items() if recall is not None}
+    return shares | recalls

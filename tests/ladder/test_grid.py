@@ -1,0 +1,63 @@
+"""The verdict at a glance (labelrl.ladder.grid): each cell from a constructed comparison, and the
+answer sentence built from the cells."""
+
+from labelrl.evaluate.family import correct
+from labelrl.ladder.grid import answer, cell, sweep_word, task_grid
+from labelrl.report.grid_table import grid_lines
+
+
+def comparison(kind, b, delta, se, *, split="holdout", size=1, others=(), **extra):
+    """A paired.json entry whose tested metric has Δ and se, corrected in a family with ``others``."""
+    metric = "roc_auc" if kind == "curve_vs_sft" else "balanced_accuracy"
+    family = correct([(delta, se), *others])[0]
+    return {"kind": kind, "split": split, "a": "sft", "b": b,
+            "result": {"n": 500, "metrics": {metric: {"delta": delta, "se": se, "pair_deltas": [delta]}},
+                       "family": {**family, "metric": metric}}, **extra}
+
+
+def test_each_cell_reads_the_corrected_decision():
+    # Δ = +0.028, se = 0.01: z = 2.8, p = 0.0051 → better alone, "▲ +0.028"
+    assert cell(comparison("vs_sft", "grpo", 0.028, 0.01)) == {"word": "better", "text": "▲ +0.028", "delta": 0.028}
+    assert cell(comparison("vs_sft", "grpo", -0.062, 0.01))["text"] == "▼ -0.062"
+    # the same +0.028 in a family of 20 with nothing else: Holm's first step 0.0025 < p → "=" with what
+    # it could detect, (z(1 − 0.00125) + z(0.8))·0.01 = (3.023 + 0.842)·0.01 = 0.0386
+    crowded = cell(comparison("vs_sft", "grpo", 0.028, 0.01, others=[(0.0, 0.01)] * 19))
+    assert crowded["word"] == "none" and crowded["text"] == "= (≥0.039)"
+    # a collapsed side that loses reads "collapsed", never ▼; a side that is not a result says so
+    assert cell(comparison("vs_sft", "grpo", -0.3, 0.01, collapsed={"b": "collapsed to ham at step 5"}))["text"] == "collapsed"
+    assert cell(comparison("vs_sft", "grpo", 0.0, 0.01, not_a_result={"b": "did not move its parent"}))["word"] == "not a result"
+
+
+def test_the_grid_has_a_column_per_comparison_made_and_the_sentence_follows_the_cells():
+    comparisons = [
+        comparison("vs_sft", "grpo", 0.028, 0.01), comparison("vs_sft", "corpo", 0.022, 0.008),
+        comparison("vs_threshold", "grpo", -0.065, 0.02), comparison("vs_threshold", "corpo", -0.01, 0.02),
+        comparison("vs_sft", "grpo", 0.004, 0.01, split="ood-tweets"),
+    ]
+    verdicts = [{"arm": "grpo", "runs": ["grpo"], "sweep": "operating point on the curve (ΔTPR …)",
+                 "failed_positive": "failed-positive fraction 0.248 (failed: reward below 1.0)"},
+                {"arm": "corpo", "runs": ["corpo"], "sweep": None,
+                 "failed_positive": "failed-positive fraction 0.000 (failed: reward below 1.0)"}]
+    grid = task_grid(verdicts, comparisons)
+    assert grid["columns"] == ["vs SFT", "vs SFT + threshold", "tweets vs SFT", "sweep", "failed+"]
+    header, grpo, corpo = grid_lines(grid)
+    assert grpo[:4] == ["grpo", "▲ +0.028", "▼ -0.065", "= (≥0.028)"]  # (1.960 + 0.842)·0.01 = 0.028
+    assert grpo[4:] == ["on curve", "0.248"] and corpo[3:] == ["—", "—", "0.000"]
+    # the sentence: nobody beats the threshold baseline, grpo is worse than it; both beat SFT
+    assert grid["sentence"] == ("No RL arm beats SFT + threshold; grpo is worse than SFT + threshold by 0.065 BA; "
+                                "grpo and corpo beat SFT by 0.022–0.028 BA.")
+
+
+def test_an_arm_that_beats_the_threshold_is_named_first_and_a_collapse_is_named():
+    rows = [{"arm": "grpo", "cells": {"vs SFT + threshold": {"word": "better", "delta": 0.032},
+                                      "vs SFT": {"word": "none", "delta": -0.03}}},
+            {"arm": "dapo", "cells": {"vs SFT + threshold": {"word": "collapsed", "delta": -0.3},
+                                      "vs SFT": {"word": "collapsed", "delta": -0.33}}}]
+    assert answer(rows) == ("grpo beats SFT + threshold by 0.032 BA; no RL arm beats SFT; dapo: collapsed or not a result "
+                            "(see its line).")
+
+
+def test_sweep_words():
+    assert sweep_word("operating point above the curve (ΔTPR +0.1 …)") == "above"
+    assert sweep_word("operating point uninformative: a (near-)constant predictor") == "uninformative"
+    assert sweep_word(None) == "—"
