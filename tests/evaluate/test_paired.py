@@ -130,3 +130,27 @@ def test_seed_agreement_counts_the_pairs_of_runs_with_the_sign_of_delta():
     assert m["pair_deltas"] == pytest.approx([0.10, -0.02])
     assert m["delta"] == pytest.approx(0.04)
     assert "1/2 seeds higher" in verdict_words(result)
+
+
+def test_runs_paired_by_seed_are_resampled_together_and_the_parents_noise_cancels():
+    # Three seeds. Seed k's SFT run is wrong on 10·k extra items (BA 0.85, 0.75, 0.65: the parent's
+    # training noise); its RL run is the same model right on 4 of those items more (+0.04 in every
+    # seed). Resampled independently, the seeds' spread (sd 0.10) swamps the +0.04; resampled
+    # together, it cancels and every replicate's Δ stays near +0.04.
+    truth = ["spam" if i % 2 else "ham" for i in range(200)]
+    sft = [preds(truth, _with_errors(truth, set(range(30 + 20 * k)))) for k in range(3)]
+    rl = [preds(truth, _with_errors(truth, set(range(8, 30 + 20 * k)))) for k in range(3)]
+    apart = paired_comparison(sft, rl, n_boot=1000)
+    together = paired_comparison(sft, rl, n_boot=1000, seeds_paired=True)
+    assert apart["metrics"]["balanced_accuracy"]["delta"] == pytest.approx(0.04)
+    assert together["seeds_paired"] and not apart["seeds_paired"]
+    assert together["metrics"]["balanced_accuracy"]["se"] < apart["metrics"]["balanced_accuracy"]["se"] / 3
+    assert verdict_words(together).startswith("better") and verdict_words(apart).startswith("no detectable difference")
+    # the documented draws: items, runs_a, runs_b from one default_rng(seed); together, runs_b := runs_a
+    from labelrl.evaluate.paired import bootstrap_draws
+    items, runs_a, runs_b = bootstrap_draws(200, (3, 3), 50, 0, seeds_paired=True)
+    rng = np.random.default_rng(0)
+    assert (items == rng.integers(0, 200, (50, 200))).all() and (runs_a == rng.integers(0, 3, (50, 3))).all()
+    assert runs_b is runs_a
+    with pytest.raises(ValueError, match="as many runs"):
+        bootstrap_draws(10, (2, 3), 5, 0, seeds_paired=True)

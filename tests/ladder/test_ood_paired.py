@@ -29,7 +29,7 @@ def write(task_dir, name: str, is_spam: np.ndarray, p_spam: np.ndarray) -> None:
 
 @pytest.fixture
 def task(tmp_path):
-    """On the holdout grpo and corpo equal sft; on the OOD set grpo answers every item right and corpo
+    """On the holdout grpo and corpo score as sft does; on the OOD set grpo answers every item right and corpo
     every item wrong, so any holdout number in an OOD line (or the reverse) shows."""
     rng = np.random.default_rng(3)
     for tag, n in (("holdout", 80), ("ood-tweets", 60)):
@@ -38,8 +38,13 @@ def task(tmp_path):
         write(tmp_path, f"sft-{tag}", is_spam, sft)
         if tag == "holdout":  # the threshold arm's own evaluation exists on the holdout only
             write(tmp_path, f"threshold-{tag}", is_spam, (sft >= RULE["threshold"]).astype(float))
-        grpo = np.where(is_spam, 0.9, 0.1) if tag != "holdout" else sft
-        corpo = np.where(is_spam, 0.1, 0.9) if tag != "holdout" else sft
+        # on the holdout each swaps the scores of a spam item it gets right and one it gets wrong: the
+        # same recall and balanced accuracy as sft, yet answers that moved (2 of 80 items differ)
+        moved = sft.copy()
+        i, j = np.flatnonzero(is_spam & (sft > 0.5))[0], np.flatnonzero(is_spam & (sft <= 0.5))[0]
+        moved[[i, j]] = moved[[j, i]]
+        grpo = np.where(is_spam, 0.9, 0.1) if tag != "holdout" else moved
+        corpo = np.where(is_spam, 0.1, 0.9) if tag != "holdout" else moved
         write(tmp_path, f"grpo-{tag}", is_spam, grpo)
         write(tmp_path, f"corpo-{tag}", is_spam, corpo)
     (tmp_path / "analysis").mkdir()
@@ -106,3 +111,19 @@ def test_a_missing_ood_evaluation_is_left_out_with_its_reason(task):
     (task_dir / "eval" / "corpo-holdout.parquet").unlink()
     with pytest.raises(ValueError, match="no such predictions file"):
         paired_comparisons(task_dir, arms, n_boot=50, ood=["tweets"])
+
+
+def test_runs_descending_from_the_same_sft_seed_are_paired():
+    from labelrl.ladder.paired_arms import root_run, seeds_paired
+
+    arms = {f"sft@s{k}": {"type": "sft"} for k in range(2)}
+    arms |= {f"grpo@s{k}": {"type": "rl", "from": f"sft@s{k}"} for k in range(2)}
+    arms |= {f"corpo@s{k}": {"type": "rl", "from": f"sft@s{k}"} for k in range(2)}
+    arms |= {f"threshold@s{k}": {"type": "threshold", "from": f"sft@s{k}"} for k in range(2)}
+    rules = {"threshold@s0 at grpo@s0's val recall": ("sft@s0", {})}
+    assert root_run(arms, "threshold@s1") == "sft@s1" and root_run(arms, "threshold@s0 at grpo@s0's val recall", rules) == "sft@s0"
+    assert seeds_paired(arms, ["sft@s0", "sft@s1"], ["grpo@s0", "grpo@s1"])
+    assert seeds_paired(arms, ["grpo@s0", "grpo@s1"], ["corpo@s0", "corpo@s1"])
+    assert seeds_paired(arms, ["threshold@s0", "threshold@s1"], ["grpo@s0", "grpo@s1"])
+    assert not seeds_paired(arms, ["sft@s0", "sft@s1"], ["grpo@s1", "grpo@s0"])  # out of order: not seed k with seed k
+    assert not seeds_paired(arms, ["sft@s0"], ["grpo@s0"])  # one run: nothing to pair

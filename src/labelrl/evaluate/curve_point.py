@@ -18,7 +18,7 @@ is set against A (its SFT parent) on the same items twice:
 every run, and both arms' AUCs are recomputed on that draw (the paired bootstrap of ΔAUC,
 e.g. pROC's ``roc.test(method = "bootstrap")``, Robin et al. 2011, there stratified by class;
 here a draw without both classes has no AUC and is left out). Replicate runs (seeds) are
-resampled too, as in ``paired_comparison``.
+resampled too, as in ``paired_comparison`` (together when ``seeds_paired``).
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ def curve_point_from_weights(weights: np.ndarray, enc: Encoded) -> dict[str, np.
 
 
 def paired_curve_point(a: Sequence[Predictions], b: Sequence[Predictions], *, names: tuple[str, str] = ("A", "B"),
-                       n_boot: int = 2000, seed: int = 0) -> dict:
+                       n_boot: int = 2000, seed: int = 0, seeds_paired: bool = False) -> dict:
     """B against A (each arm's runs) on their shared items: Δ (B − A) of ROC-AUC, recall and precision
     with paired intervals (module docstring), and the words of each (``curve``, ``point``).
 
@@ -72,7 +72,7 @@ def paired_curve_point(a: Sequence[Predictions], b: Sequence[Predictions], *, na
     ids = shared_ids([*a, *b])
     encs = [encode_on(r, ids, scores=True) for r in [*a, *b]]
     n, S, T = len(ids), len(a), len(b)
-    items, runs_a, runs_b = bootstrap_draws(n, (S, T), n_boot, seed)
+    items, runs_a, runs_b = bootstrap_draws(n, (S, T), n_boot, seed, seeds_paired and S == T > 1)
     metrics = (CURVE, *POINT)
     boot = metric_matrix(encs, items, metrics, values=curve_point_from_weights)
     out: dict = {"names": list(names), "n": n, "n_runs": [S, T], "n_boot": n_boot, "seed": seed,

@@ -19,6 +19,13 @@ on them. The draws come from ``numpy.random.default_rng(seed)`` in this order, a
 ``runs_b = rng.integers(0, T, (n_boot, T))``. With one run per arm this is the ordinary paired
 bootstrap over items.
 
+**Runs paired by seed** (``seeds_paired``: S = T and run k of B is run k of A's counterpart — an RL
+run and the SFT run it started from, or two RL arms started from the same SFT run, as the ladder
+trains them): the seed is the unit, so each replicate draws one set of seed indices and takes
+both arms' runs at them (``runs_b`` is ``runs_a``; ``runs_b`` is still drawn, so the stream is the
+same). What the two arms share through their seed (the parent's training noise) then cancels
+from Δ, as the items' shared difficulty does.
+
 Each Δ also records ``se``, the standard deviation of its bootstrap replicates, and
 ``pair_deltas``, the difference of each pair of runs (seed k of B against seed k of A; see McNemar
 below for the pairing): how many seeds agree in sign with Δ is part of every verdict. The verdict's
@@ -76,12 +83,17 @@ def encode_on(run: Predictions, ids: list[str], *, scores: bool = False) -> Enco
     return encode([run.y_true[r] for r in rows], [run.y_pred[r] for r in rows], run.labels, probs)
 
 
-def bootstrap_draws(n: int, n_runs: tuple[int, int], n_boot: int, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def bootstrap_draws(n: int, n_runs: tuple[int, int], n_boot: int, seed: int,
+                    seeds_paired: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(items [n_boot, n], runs_a [n_boot, S], runs_b [n_boot, T]): the draws of the module
-    docstring, from ``numpy.random.default_rng(seed)`` in that order."""
+    docstring, from ``numpy.random.default_rng(seed)`` in that order; with ``seeds_paired`` (S = T)
+    ``runs_b`` is ``runs_a``."""
+    if seeds_paired and n_runs[0] != n_runs[1]:
+        raise ValueError(f"runs paired by seed need as many runs in each arm, not {n_runs[0]} and {n_runs[1]}")
     rng = np.random.default_rng(seed)
     items = rng.integers(0, n, (n_boot, n))
-    return items, rng.integers(0, n_runs[0], (n_boot, n_runs[0])), rng.integers(0, n_runs[1], (n_boot, n_runs[1]))
+    runs_a, runs_b = rng.integers(0, n_runs[0], (n_boot, n_runs[0])), rng.integers(0, n_runs[1], (n_boot, n_runs[1]))
+    return items, runs_a, runs_a if seeds_paired else runs_b
 
 
 def delta_summary(mat: np.ndarray, points: tuple[list[float], list[float]], runs_a: np.ndarray, runs_b: np.ndarray) -> dict:
@@ -151,9 +163,10 @@ def run_pairs(n_a: int, n_b: int) -> list[tuple[int, int]]:
 
 
 def paired_comparison(a: Sequence[Predictions], b: Sequence[Predictions], *, names: tuple[str, str] = ("A", "B"),
-                      n_boot: int = 2000, seed: int = 0) -> dict:
+                      n_boot: int = 2000, seed: int = 0, seeds_paired: bool = False) -> dict:
     """Δ (B − A) per metric with its two-level bootstrap interval, McNemar per pair of runs, and
-    a verdict on balanced accuracy (module docstring). ``a`` and ``b`` are each arm's runs."""
+    a verdict on balanced accuracy (module docstring). ``a`` and ``b`` are each arm's runs;
+    ``seeds_paired``: run k of each is seed k's (resampled together; ignored unless S = T > 1)."""
     if not a or not b:
         raise ValueError("a paired comparison needs at least one run of each arm")
     if n_boot < 1:
@@ -162,9 +175,11 @@ def paired_comparison(a: Sequence[Predictions], b: Sequence[Predictions], *, nam
     enc_a, enc_b = [encode_on(r, ids) for r in a], [encode_on(r, ids) for r in b]
     metrics = tuple(m for m in COMPARED if m != "mean_abs_grade_error" or enc_a[0].labels.kind == "ordinal")
     n, S, T = len(ids), len(a), len(b)
-    items, runs_a, runs_b = bootstrap_draws(n, (S, T), n_boot, seed)
+    paired = seeds_paired and S == T > 1
+    items, runs_a, runs_b = bootstrap_draws(n, (S, T), n_boot, seed, paired)
     boot = metric_matrix(enc_a + enc_b, items, metrics)
-    out: dict = {"names": list(names), "n": n, "n_runs": [S, T], "n_boot": n_boot, "seed": seed, "metrics": {}}
+    out: dict = {"names": list(names), "n": n, "n_runs": [S, T], "n_boot": n_boot, "seed": seed, "seeds_paired": paired,
+                 "metrics": {}}
     for m in metrics:
         points = [point_value(e, m) for e in enc_a], [point_value(e, m) for e in enc_b]
         out["metrics"][m] = delta_summary(boot[m], points, runs_a, runs_b)

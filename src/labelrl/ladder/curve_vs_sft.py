@@ -28,6 +28,7 @@ def curve_point_comparisons(task_dir: Path, arms: dict[str, dict], tstate: dict,
     from labelrl.evaluate.curve_point import paired_curve_point
     from labelrl.evaluate.io import read_predictions
     from labelrl.ladder.analysis import RL_TYPES, groups
+    from labelrl.ladder.paired_arms import seeds_paired
 
     if tstate.get("kind") != "binary":
         return {"note": f"{tstate.get('kind')} labels: the curve (ROC-AUC) and the point are for binary tasks"}
@@ -47,7 +48,8 @@ def curve_point_comparisons(task_dir: Path, arms: dict[str, dict], tstate: dict,
         if any(p.scores() is None for p in [*a, *b]):
             left_out[g] = f"{g} or {parent} has no label-token scores (scored by generation), so no ROC curve"
             continue
-        result = paired_curve_point(a, b, names=(parent, g), n_boot=max(n_boot, 1))
+        result = paired_curve_point(a, b, names=(parent, g), n_boot=max(n_boot, 1),
+                                    seeds_paired=seeds_paired(arms, parent_runs, runs))
         made.append({"kind": KIND, "split": "holdout", "a": parent, "b": g, "a_runs": parent_runs, "b_runs": runs, "result": result})
     path = task_dir / "analysis" / "paired.json"
     earlier = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else []

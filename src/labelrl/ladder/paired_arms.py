@@ -9,6 +9,10 @@ RL arm is compared, paired on that set's items over items and seeds
 * binary tasks: the threshold matching its own val recall (``vs_recall_matched``);
 * every other RL arm from the same parent arm (``ablation``, with the config keys that differ).
 
+With replicate seeds, run k of both sides descends from the same SFT run (seed k's) in every one
+of these, so the bootstrap resamples seeds together (``seeds_paired``): the parent's training
+noise, shared by both sides, cancels from Δ.
+
 Every entry carries ``split``. On an OOD set the threshold arms have no evaluation of their own:
 their side is the parent's OOD predictions (its one OOD look) under the same val-chosen rule
 (``labelrl.evaluate.decision.apply_rule``), so no rule is chosen on, and nothing new looked at,
@@ -76,6 +80,30 @@ def predictions_on(task_dir: Path, tag: str, rules: dict[str, tuple[str, dict]])
     return load
 
 
+def root_run(arms: dict[str, dict], name: str, rules: dict[str, tuple[str, dict]] | None = None) -> str:
+    """The SFT-family run a run descends from (its own name for one): follows ``from``, and a derived
+    threshold evaluation's parent (``rules``)."""
+    seen = set()
+    while name not in seen:
+        seen.add(name)
+        if rules and name in rules:
+            name = rules[name][0]
+            continue
+        st = arms.get(name) or {}
+        if st.get("type") in ("sft", "control") or not st.get("from"):
+            return name
+        name = st["from"]
+    return name
+
+
+def seeds_paired(arms: dict[str, dict], a_runs: list[str], b_runs: list[str],
+                 rules: dict[str, tuple[str, dict]] | None = None) -> bool:
+    """True when both arms hold several runs and run k of each descends from the same SFT run (seed k's):
+    the paired bootstrap then resamples seeds together (``labelrl.evaluate.paired``)."""
+    return (len(a_runs) == len(b_runs) > 1
+            and [root_run(arms, r, rules) for r in a_runs] == [root_run(arms, r, rules) for r in b_runs])
+
+
 def _threshold_runs(arms: dict[str, dict], parent_runs: list[str]) -> list[str]:
     return [n for n, st in arms.items() if st["type"] == "threshold" and st.get("from") in parent_runs]
 
@@ -97,7 +125,7 @@ def rl_comparisons(task_dir: Path, arms: dict[str, dict], grouped: dict[str, lis
     def add(kind: str, a: str, b: str, a_runs: list[str], b_runs: list[str], **extra) -> None:
         try:
             result = paired_comparison([load(r) for r in a_runs], [load(r) for r in b_runs], names=(a, b),
-                                       n_boot=max(n_boot, 1))
+                                       n_boot=max(n_boot, 1), seeds_paired=seeds_paired(arms, a_runs, b_runs, rules))
         except (FileNotFoundError, ValueError) as exc:
             if tag == HOLDOUT:
                 raise
