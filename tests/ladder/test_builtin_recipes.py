@@ -33,12 +33,13 @@ def test_builtin_recipe_resolves_every_arm(tmp_path, name, fast):
 
 
 def tuning_budgets(recipe, tmp_path) -> dict[str, tuple[str, int]]:
-    """TASK/ARM → (family, number of values its grid tries; 0 without a grid) for every SFT and RL run."""
+    """TASK/ARM → (family, number of values its grid tries; 0 without a grid) for every SFT and RL run
+    that chooses (a replicate run follows its first seed's choice: ``tuned_by``)."""
     out = {}
     for task_name, task in recipe.tasks.items():
         for arm_name, arm in task.arms.items():
             family = FAMILY[arm.type]
-            if family in ("sft", "rl"):
+            if family in ("sft", "rl") and arm.tuned_by is None:
                 grid = arm_grid(recipe, task_name, arm_name, arm_config(recipe, task_name, arm_name, tmp_path))
                 out[f"{task_name}/{arm_name}"] = (family, len(grid.candidates) if grid else 0)
     return out

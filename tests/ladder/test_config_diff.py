@@ -69,10 +69,11 @@ def stubbed(monkeypatch):
     import labelrl.evaluate.paired as paired
 
     monkeypatch.setattr(io, "read_predictions", lambda path: Path(path).name)
-    monkeypatch.setattr(paired, "paired_comparison", lambda a, b, names, n_boot: {"verdict": "tie", "a": a, "b": b})
+    monkeypatch.setattr(paired, "paired_comparison", lambda a, b, names, n_boot, seeds_paired=False:
+                        {"verdict": "tie", "a": a, "b": b})
     monkeypatch.setattr(paired, "verdict_words", lambda result: "")
     monkeypatch.setattr(analysis, "majority_comparisons", lambda *args: [])
-    monkeypatch.setattr(analysis, "mark_collapsed", lambda comparisons, arms: None)
+    monkeypatch.setattr(analysis, "mark_collapsed", lambda comparisons, arms, task_dir=None: None)
 
 
 def test_rl_arms_from_one_parent_get_one_ablation_naming_the_differing_keys(stubbed, tmp_path):

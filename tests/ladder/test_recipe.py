@@ -44,9 +44,9 @@ def test_builtin_recipes_load_and_resolve_every_arm(tmp_path):
     demo = load_recipe("demo")
     assert demo.model == "smollm2-135m-instruct" and load_recipe("demo", fast=True).model == "tiny-random"
     assert demo.tasks["movies"].rubric.is_file()  # relative to the recipe, not to the working directory
-    corpo = arm_config(demo, "movies", "corpo", tmp_path)
-    assert isinstance(corpo, RLConfig) and corpo.preset == "corpo" and corpo.threshold == 0.75
-    assert corpo.model == str(tmp_path / "movies" / "sft") and corpo.data == "vader-movies"
+    corpo = arm_config(demo, "movies", "corpo@s1", tmp_path)  # the demo replicates every trained arm on 3 seeds
+    assert isinstance(corpo, RLConfig) and corpo.preset == "corpo" and corpo.threshold == 0.75 and corpo.seed == 1
+    assert corpo.model == str(tmp_path / "movies" / "sft@s1") and corpo.data == "vader-movies"
 
 
 def test_arm_config_layers_defaults_task_and_arm(tmp_path):
@@ -110,7 +110,8 @@ def test_run_order_puts_dependencies_first_and_keeps_recipe_order():
     order = run_order(Recipe.model_validate(raw).tasks["toy"])
     assert order == ["sft", "d", "cot", "cot_rl", "ctl"]
     # the threshold arm waits for the RL arms from its parent (their val recall picks its matched thresholds)
-    assert run_order(recipe.tasks["movies"]) == ["sft", "grpo", "dr_grpo", "corpo", "threshold"]
+    assert run_order(recipe.tasks["movies"]) == [f"{arm}@s{k}" for arm in ("sft", "grpo", "dr_grpo", "corpo", "threshold")
+                                                 for k in range(3)]
 
 
 def test_overlays_and_set():
