@@ -10,9 +10,10 @@
   from the same parent (ablations, with the config keys that differ), paired on the holdout
   items over items and seeds (``labelrl.evaluate.paired``), and the same on every OOD set's
   holdout (``labelrl.ladder.paired_arms``; each entry of ``paired.json`` names its ``split``).
-* **family**: every comparison above (and the curve) as one family, Holm-corrected: the words
-  "better" and "worse" are the corrected decisions, and "no detectable difference" states the
-  smallest difference it could have detected (``labelrl.ladder.correction``).
+* **family** (after ``curve_point``): every comparison of ``paired.json`` — paired, the curve and
+  the majority class — as one family, Holm-corrected: the words "better" and "worse" are the
+  corrected decisions, and "no detectable difference" states the smallest difference it could
+  have detected (``labelrl.ladder.correction``).
 * **curve_point** (binary tasks): every RL arm against its SFT parent as a curve (ΔROC-AUC of the
   label-token scores) and a point (recall and precision of its own answers), on the holdout, added
   to ``paired.json`` as kind ``curve_vs_sft`` (``labelrl.ladder.curve_vs_sft``).
