@@ -36,12 +36,13 @@ from typing import Any, Sequence
 
 from labelrl import metrics_keys as K
 from labelrl.fileio import read_jsonl
+from labelrl.ladder.recipe import FAMILY
 from labelrl.train.collapse import collapse_detail, collapse_text
 
 COLLAPSED = "collapsed"  # the status of an arm stopped on collapse
 NO_SIGNAL_SHARE = 0.5  # more than this share of the steps uniform: no learning signal
 UNMOVED_SHARE = 0.99  # answers identical to the parent's on at least this share of the items: did not move it
-RL_TYPES = ("rl", "random_reward", "cot_rl")  # labelrl.ladder.analysis.RL_TYPES (which imports this module)
+RL_TYPES = tuple(t for t, family in FAMILY.items() if family == "rl")  # rl, random_reward, cot_rl
 
 
 def run_flag(st: dict) -> dict | None:
