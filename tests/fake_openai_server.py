@@ -128,6 +128,26 @@ class FakeOpenAIServer:
     def __exit__(self, *exc) -> None:
         self.stop()
 
+    def settle(self, quiet_s: float = 0.3, timeout_s: float = 30.0) -> int:
+        """Wait until nothing is in flight and no request has arrived for ``quiet_s``; return
+        the number of requests logged.
+
+        A client killed mid-request may have sent bytes the server has not read yet: its
+        request is logged a few milliseconds after the kill. A test that splits the log into
+        "before the kill" and "the re-run" takes the split point from here.
+        """
+        deadline, last, quiet_since = time.monotonic() + timeout_s, -1, time.monotonic()
+        while time.monotonic() < deadline:
+            with self._lock:
+                calls, in_flight = self._calls, self._in_flight
+            now = time.monotonic()
+            if calls != last or in_flight:
+                last, quiet_since = calls, now
+            elif now - quiet_since >= quiet_s:
+                return calls
+            time.sleep(0.01)
+        raise AssertionError(f"the fake server did not settle within {timeout_s} s ({self._in_flight} in flight)")
+
     def answered(self) -> list[RequestLog]:
         """Requests that got a 200 completion."""
         with self._lock:
