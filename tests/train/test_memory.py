@@ -112,9 +112,13 @@ def test_sft_with_checkpointing_trains_the_same_weights(tmp_path, precision, lor
     from labelrl.train.config import SFTConfig
     from labelrl.train.sft import run_sft
 
+    import labelrl.train.sft as sft_module
+
     # Without checkpointing a batch may run its shared prompt prefix once (prefix_layout), whose
-    # bf16 products have other shapes; both runs keep the packed layout, so only checkpointing differs.
+    # bf16 products have other shapes, or the lean pass (sft_loss_lean), whose products are fused;
+    # both runs keep the module pass in the packed layout, so only checkpointing differs.
     monkeypatch.setattr(prefix_module, "MIN_SHARED", 10**9)
+    monkeypatch.setattr(sft_module, "sft_lean_reason", lambda model: "the test compares module passes")
 
     def run(name, **options):
         cfg = SFTConfig(model="tiny-random", data="sms-spam", limit=120, out=tmp_path / name, max_steps=3, batch_size=4,

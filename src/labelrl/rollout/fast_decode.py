@@ -64,7 +64,7 @@ from torch import nn
 from labelrl.rollout.fused import (LayerTensors, LlamaWeights, PackedLinear, ProjectionTensors, base_model,
                                    clear_fused_cache, fuse_llama, project, project_add)
 
-__all__ = ["FastLlamaDecoder", "LlamaWeights", "fast_prefill", "PackedLinear", "clear_fused_cache", "fuse_llama", "rotary_tables",
+__all__ = ["FastLlamaDecoder", "LlamaWeights", "fast_prefill", "last_logits", "PackedLinear", "clear_fused_cache", "fuse_llama", "rotary_tables",
            "unsupported_reason"]
 
 # Rotary schemes whose inverse frequencies do not depend on the sequence length, so one
@@ -366,14 +366,26 @@ def fast_prefill(weights: LlamaWeights, input_ids: torch.Tensor, attention_mask:
     (``remainder_inputs``: ``attention_mask`` [B, S + R] over prefix and remainder, positions
     from S). Not for sliding-window layers, which count their window in columns.
     """
+    logits, layer_kv = _prefill_last(weights, input_ids, attention_mask, position_ids, prefix)
+    return logits.repeat_interleave(group_size, dim=0), FastLlamaDecoder(
+        weights, layer_kv, attention_mask, position_ids[:, -1:] + 1, group_size, max_new_tokens)
+
+
+def last_logits(weights: LlamaWeights, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                position_ids: torch.Tensor, prefix: torch.Tensor | None = None) -> torch.Tensor:
+    """The next-token logits [B, V] (fp32) at each prompt's last token: ``fast_prefill``'s
+    first logits, without a decoder (label-token scoring, ``labelrl.evaluate.score``)."""
+    return _prefill_last(weights, input_ids, attention_mask, position_ids, prefix)[0]
+
+
+def _prefill_last(weights: LlamaWeights, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                  position_ids: torch.Tensor, prefix: torch.Tensor | None) -> tuple[torch.Tensor, list]:
     with torch.autocast(device_type=input_ids.device.type, enabled=False):
         if prefix is not None:
             assert not any(layer.sliding_window for layer in weights.layers), "a sliding window counts columns"
         x, layer_kv = _prefill_layers(weights, input_ids, attention_mask, position_ids, prefix)
         last = attention_mask[:, -input_ids.shape[1]:].sum(dim=1).cumsum(dim=0) - 1  # each prompt's last token, always real
-        logits = _logits(weights, x.index_select(0, last)).repeat_interleave(group_size, dim=0)
-    return logits, FastLlamaDecoder(weights, layer_kv, attention_mask, position_ids[:, -1:] + 1, group_size,
-                                    max_new_tokens)
+        return _logits(weights, x.index_select(0, last)), layer_kv
 
 
 # A prompt's G rows share one copy of its keys and values (``FastLlamaDecoder``) while their

@@ -57,7 +57,7 @@ def completion_logprobs(
             f"{len(prompt_ids)} prompts for {len(completion_ids)} completions: completion_logprobs needs one "
             "prompt per completion; repeat each prompt G times, or use completion_logprobs_shared(..., group_size=G)"
         )
-    targets, mask = _right_pad(completion_ids, pad_token_id, model_device(model), min_width)
+    targets, mask = right_pad(completion_ids, pad_token_id, model_device(model), min_width)
     width = targets.shape[1]
     if width == 0:
         return torch.zeros(targets.shape, dtype=torch.float32, device=targets.device), mask
@@ -105,7 +105,7 @@ def completion_logprobs_shared(
     if checkpointing(model) and model.training and torch.is_grad_enabled():
         return completion_logprobs(model, repeated, completion_ids, pad_token_id=pad_token_id, min_width=min_width,
                                    dtype=dtype)
-    targets, mask = _right_pad(completion_ids, pad_token_id, model_device(model), min_width)
+    targets, mask = right_pad(completion_ids, pad_token_id, model_device(model), min_width)
     width = targets.shape[1]
     if width == 0:
         return torch.zeros(targets.shape, dtype=torch.float32, device=targets.device), mask
@@ -141,7 +141,7 @@ def _check_inputs(prompt_ids, completion_ids, pad_token_id) -> None:
         raise ValueError(f"pad_token_id={pad_token_id!r}: must be a token id (int >= 0); pass the tokenizer's pad or EOS id")
 
 
-def _right_pad(completion_ids, pad_token_id: int, device, min_width: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+def right_pad(completion_ids, pad_token_id: int, device, min_width: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Completion tokens [N, T] right-padded with ``pad_token_id`` and their mask [N, T];
     T is the longest completion, or ``min_width`` when that is more."""
     width = max(max(len(c) for c in completion_ids), min_width or 0)

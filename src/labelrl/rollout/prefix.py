@@ -89,6 +89,17 @@ def remainder_inputs(seqs: Sequence[Sequence[int]], shared: int, pad: int, devic
     return ids, full, torch.where(mask.bool(), positions + shared, positions)
 
 
+def prefill_inputs(prompt_ids: Sequence[Sequence[int]], pad: int, device, sliding: bool = False) -> tuple:
+    """The arguments of ``fast_decode``'s prefill over ``prompt_ids``: input ids, attention mask
+    and position ids, and the prefix [1, S] the prompts share (run once; None when they share
+    fewer than ``MIN_SHARED`` tokens, or with ``sliding`` windows, which count columns)."""
+    shared = 0 if sliding else shared_prefix_length(prompt_ids)
+    if not shared:
+        return (*left_pad(prompt_ids, pad, device), None)
+    prefix = torch.tensor([list(prompt_ids[0][:shared])], dtype=torch.long, device=device)
+    return (*remainder_inputs(prompt_ids, shared, pad, device), prefix)
+
+
 def cached_inputs(model: torch.nn.Module, seqs: Sequence[Sequence[int]], shared: int, pad: int, dtype: torch.dtype,
                   device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, DynamicCache, str]:
     """Input ids, attention mask and position ids of a forward pass over ``seqs`` that fills a

@@ -386,16 +386,12 @@ def _prefill(model, prompt_ids, group_size: int, pad_token_id: int, weights, max
     model's own forward and ``HFStepper``."""
     device = model_device(model)
     if weights is not None:
-        from labelrl.rollout.prefix import remainder_inputs, shared_prefix_length
+        from labelrl.rollout.prefix import prefill_inputs
 
         # the tokens every prompt starts with (template, system message) run once
         sliding = any(layer.sliding_window for layer in weights.layers)
-        shared = 0 if sliding else shared_prefix_length(prompt_ids)
-        if shared:
-            prefix = torch.tensor([list(prompt_ids[0][:shared])], dtype=torch.long, device=device)
-            return fast_prefill(weights, *remainder_inputs(prompt_ids, shared, pad_token_id, device), group_size,
-                                max_new_tokens, prefix=prefix)
-        return fast_prefill(weights, *left_pad(prompt_ids, pad_token_id, device), group_size, max_new_tokens)
+        *inputs, prefix = prefill_inputs(prompt_ids, pad_token_id, device, sliding)
+        return fast_prefill(weights, *inputs, group_size, max_new_tokens, prefix=prefix)
     input_ids, attention_mask, position_ids = left_pad(prompt_ids, pad_token_id, device)
     cache = new_cache(model)
     with compute(model, dtype):

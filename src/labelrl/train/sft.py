@@ -25,6 +25,8 @@ from labelrl.evaluate.metrics import basic_metrics
 from labelrl.fileio import RunLock, append_jsonl, atomic_write_json
 from labelrl.models.precision import compute, precision_name
 from labelrl.models.prepare import prepare_model
+from labelrl.rollout.lean_pass import lean_logprobs, lean_reason
+from labelrl.rollout.logprobs import right_pad
 from labelrl.rollout.prefix import checkpointing, prefix_cache, prefix_supported, shared_prefix_length
 from labelrl.rollout.sampler import model_device, pad_id
 from labelrl.train.checkpoint import save_merged, save_model
@@ -144,6 +146,23 @@ def sft_loss(model, batch: list[SFTItem] | BatchLayout, pad: int, dtype: torch.d
     return torch.nn.functional.cross_entropy(logits.reshape(-1, logits.size(-1)), labels.reshape(-1), ignore_index=IGNORE)
 
 
+def sft_loss_lean(model, batch: list[SFTItem], pad: int, dtype: torch.dtype = torch.float32,
+                  share_prefix: bool = False) -> torch.Tensor:
+    """``sft_loss`` through ``labelrl.rollout.lean_pass``: the same mean cross-entropy over the
+    assistant tokens, as the mean of their negative log-probs, each computed from its hidden
+    state without the vocabulary-wide logits.
+
+    Each item is a prompt with one completion, its answer (G = 1). Every layer runs on the real
+    tokens only (no row padding, no packing slack), and with ``share_prefix`` the prefix all the
+    prompts start with runs once. The caller checks ``sft_lean_reason`` first.
+    """
+    prompts = [it.input_ids[: it.n_prompt] for it in batch]
+    targets, mask = right_pad([it.input_ids[it.n_prompt:] for it in batch], pad, model_device(model))
+    shared = shared_prefix_length(prompts) if share_prefix else 0
+    logprobs, _ = lean_logprobs(model, prompts, targets, mask, 1, shared, pad, dtype)
+    return -logprobs.mean()
+
+
 def evaluate_val(model, tokenizer, data: RunData, cfg: SFTConfig, dtype: torch.dtype = torch.float32) -> dict[str, float]:
     """Accuracy and balanced accuracy on (at most ``eval_limit``) val items.
 
@@ -218,6 +237,7 @@ class SFTRun:
     pad: int
     dtype: torch.dtype
     memory: MemoryPlan
+    lean_reason: str | None = None  # why the step keeps the module pass (None: it runs the lean one)
 
     def batch(self, step: int) -> list[SFTItem]:
         """The items of ``step`` (0-based): a pure function of (seed, position)."""
@@ -246,7 +266,18 @@ def start_sft(cfg: SFTConfig, accelerator) -> SFTRun:
         report_memory_plan(run.memory, cfg.quiet)
     optimizer, run.scheduler = make_optimizer(model, cfg, total)
     run.model, run.optimizer = accelerator.prepare(model, optimizer)
+    run.lean_reason = sft_lean_reason(run.model)
     return run
+
+
+def sft_lean_reason(model) -> str | None:
+    """None when the SFT step may run ``sft_loss_lean``, else why it keeps the module pass:
+    ``labelrl.rollout.lean_pass.lean_reason`` (full fine-tuning, a LoRA variant, several
+    processes, a model family it does not cover), or activation checkpointing, which the
+    lean pass does not do (it keeps every layer's activations, as the plain module pass does)."""
+    if checkpointing(model):
+        return "activation checkpointing is on (the memory plan chose it; the lean pass keeps every activation)"
+    return lean_reason(model)
 
 
 def may_share_prefix(run: SFTRun) -> bool:
@@ -309,7 +340,8 @@ def _sft_loop(run: SFTRun) -> dict:
 def finish_sft(run: SFTRun, best: dict) -> dict:
     """``sft_summary.json`` (and the merged model with --merge), written by the main process."""
     summary = {"steps": run.total, "train_items": len(run.items), "best": best, "model_dir": str(run.run_dir / "model"),
-               "precision": precision_name(run.dtype), "memory": run.memory.as_dict()}
+               "precision": precision_name(run.dtype), "memory": run.memory.as_dict(),
+               "training_pass": "lean" if run.lean_reason is None else f"module ({run.lean_reason})"}
     if run.accelerator.is_main_process:
         if run.cfg.merge:
             from labelrl.models import load_model
@@ -334,8 +366,12 @@ def sft_step(run: SFTRun, batch: list[SFTItem]) -> dict:
     accelerator, started = run.accelerator, time.perf_counter()
     mine = batch[run.share]
     share = may_share_prefix(run) and not checkpointing(run.model)  # checkpointed layers drop the cache
-    layout = batch_layout(mine, run.pad, run.cfg.pack, share_prefix=share)
-    loss = sft_loss(run.model, layout, run.pad, run.dtype)
+    if run.lean_reason is None:
+        layout = None
+        loss = sft_loss_lean(run.model, mine, run.pad, run.dtype, share_prefix=share)
+    else:
+        layout = batch_layout(mine, run.pad, run.cfg.pack, share_prefix=share)
+        loss = sft_loss(run.model, layout, run.pad, run.dtype)
     n = accelerator.num_processes
     if n > 1:
         fraction = target_tokens(mine) / target_tokens(batch)
@@ -349,8 +385,11 @@ def sft_step(run: SFTRun, batch: list[SFTItem]) -> dict:
     run.scheduler.step()
     run.optimizer.zero_grad(set_to_none=True)
     seconds = time.perf_counter() - started
-    real, slots = reduce_value(accelerator, layout.real_tokens), reduce_value(accelerator, layout.slots)
-    tokens = reduce_value(accelerator, sum(len(it.input_ids) for it in mine))  # a shared prefix counts per item
+    tokens_here = sum(len(it.input_ids) for it in mine)  # a shared prefix counts per item
+    # the lean pass computes real tokens only: no padding, whatever prefix it shares
+    real_here, slots_here = (tokens_here, tokens_here) if layout is None else (layout.real_tokens, layout.slots)
+    real, slots = reduce_value(accelerator, real_here), reduce_value(accelerator, slots_here)
+    tokens = reduce_value(accelerator, tokens_here)
     return {K.LOSS: loss_value, K.GRAD_NORM: float(grad_norm), K.LEARNING_RATE: run.scheduler.get_last_lr()[0],
             K.STEP_SECONDS: seconds, K.PADDING_SHARE: 1.0 - real / slots, K.TRAIN_TOKENS_PER_S: tokens / seconds}
 
