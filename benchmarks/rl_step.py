@@ -66,7 +66,7 @@ from pathlib import Path
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import torch  # noqa: E402
-from common import busy_note, cpu_line, machine_rates, rates_line  # noqa: E402  (benchmarks/common.py; the script's folder is on sys.path)
+from common import busy_note, cpu_line, machine_rates, rates_line, read_bandwidth  # noqa: E402  (benchmarks/common.py; the script's folder is on sys.path)
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
@@ -389,7 +389,9 @@ def render(report: dict) -> None:
             )
     console = Console(width=max(Console().width, 150))
     console.print(table)
-    console.print(rates_line(report["matmul_flops"]) + "; model FLOP/s = (2·P·generated + 4·P·trained tokens) / step "
+    # sampling is bound by reading the weights, the training pass by products: both rates say how the host compares
+    console.print(rates_line(report["matmul_flops"]) + f"; memory read {report['memory_read_bytes_per_s'] / 1e9:.1f} GB/s"
+                  + "; model FLOP/s = (2·P·generated + 4·P·trained tokens) / step "
                   "time; training pass = 4·P·trained tokens / its own time")
     console.print("ratio_vs_trl: labelrl at its default precision without the skip rule (trains on every group, as TRL "
                   "does) against TRL's faster setting on this machine ("
@@ -425,6 +427,7 @@ def main() -> None:
         "steps": args.steps, "group_sizes": args.group_sizes, "torch_threads": torch.get_num_threads(),
         **{key: first[key] for key in first if key.endswith("_steps_per_s") or key.startswith("ratio")},
         "labelrl_default_precision": first["labelrl_default_precision"], "matmul_flops": machine_rates(),
+        "memory_read_bytes_per_s": read_bandwidth(),
         "results": results, "machine": f"start: {machine}; end: {busy_note()}",
     }
     render(report)

@@ -1,6 +1,6 @@
 """The SFT step through the lean pass against the module pass, both arms in one process.
 
-    .venv/bin/python benchmarks/sft_step.py [--data sms-spam] [--runs 6] [--batch-size 8]
+    .venv/bin/python benchmarks/sft_step.py [--data sms-spam] [--model smollm2-135m-instruct] [--runs 6] [--batch-size 8]
         [--mode direct] [--precision bf16|fp32] [--threads N] [--json OUT]
 
 The demo's SFT shapes: SmolLM2-135M-Instruct + LoRA r=16 on every linear layer, batches of 8
@@ -38,6 +38,7 @@ ARMS = ("module", "lean")
 
 def extra(parser) -> None:
     parser.add_argument("--data", default="sms-spam", help="a built-in dataset (the demo's: sms-spam, vader-movies)")
+    parser.add_argument("--model", default="smollm2-135m-instruct", help="a built-in model (tiny-random: a smoke run)")
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--mode", choices=("direct",), default="direct")
 
@@ -49,7 +50,7 @@ def start(args, out: Path):
     from labelrl.train.sft import start_sft
 
     precision = "bf16" if args.precision == "bf16" else "fp32"
-    cfg = SFTConfig(model="smollm2-135m-instruct", data=args.data, lora=True, batch_size=args.batch_size,
+    cfg = SFTConfig(model=args.model, data=args.data, lora=True, batch_size=args.batch_size,
                     max_steps=2 * (args.runs + 1), eval_every=10_000, quiet=True, out=out, seed=0,
                     limit=320, precision=precision, gradient_checkpointing=False)
     return start_sft(cfg, Accelerator(cpu=True))
@@ -81,7 +82,7 @@ def main() -> None:
                 if repeat:  # the first step of each arm warms up
                     times[arm].append(seconds)
                     tokens[arm].append(sum(len(it.input_ids) for it in batch))
-    print(f"SmolLM2-135M-Instruct + LoRA r=16, {args.data}, batch {args.batch_size}, {args.precision}, "
+    print(f"{args.model} + LoRA r=16, {args.data}, batch {args.batch_size}, {args.precision}, "
           f"{torch.get_num_threads()} threads, {args.runs} steps per arm (alternating)")
     medians = {arm: statistics.median(times[arm]) for arm in ARMS}
     for arm in ARMS:

@@ -1,0 +1,22 @@
+"""The benchmark scripts run and print what their docs promise (a smoke run on tiny-random: the
+figures themselves are measured on real models, never asserted in tests)."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_sft_step_prints_the_cpu_both_arms_and_ends_with_their_ratio():
+    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "sft_step.py"), "--model", "tiny-random",
+                          "--runs", "2", "--threads", "1"], capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert out.returncode == 0, out.stderr[-3000:]
+    lines = out.stdout.strip().splitlines()
+    assert lines[0].startswith("CPU: ") and "memory read" in lines[1]
+    assert any(line.strip().startswith("module step") for line in lines)
+    assert any(line.strip().startswith("lean   step") for line in lines)
+    assert re.fullmatch(r"lean vs module: \d+\.\d\d×", lines[-1])
