@@ -1,5 +1,5 @@
 # Two commands a newcomer needs: `make demo` and `make test`. Both build .venv from nothing.
-# CI (.ci/run) runs `make test`, `make test-numerics-avx2`, then `make test-slow`.
+# CI (.ci/run) runs `make test`, `make docs`, `make test-numerics-avx2`, then `make test-slow`.
 PYTHON ?= python3.11
 VENV   := .venv
 PY     := $(VENV)/bin/python
@@ -47,8 +47,13 @@ test-slow: $(STAMP)
 demo: $(STAMP)
 	$(VENV)/bin/labelrl demo
 
+# The generated reference pages (docs/config.md from the config models, docs/cli.md from every
+# command's --help), then the site: mkdocs.yml, every page of docs/, warnings are errors; open
+# site/index.html. NO_MKDOCS_2_WARNING silences Material's end-of-life banner, not a warning.
 docs: $(STAMP)
 	$(PY) -m labelrl.cli.docs > docs/config.md
+	$(PY) -m labelrl.cli.docs cli > docs/cli.md
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir site
 
 clean:
-	rm -rf $(VENV) .pytest_cache
+	rm -rf $(VENV) .pytest_cache site

@@ -144,11 +144,12 @@ def test_scoring_batches_long_prompts_a_few_at_a_time_and_returns_rows_in_order(
 
     chunks: list[list[int]] = []
 
-    def fake_score(model, tokenizer, chunk, labels, *, batch_size, dtype):
+    def fake_score(model, tokenizer, chunk, labels, *, batch_size, dtype, fast):
         chunks.append([len(p) for p in chunk])
         return torch.tensor([[float(len(p)), 0.0] for p in chunk])
 
     monkeypatch.setattr(score, "score_labels", fake_score)
+    monkeypatch.setattr(score, "scoring_weights", lambda model, dtype: None)  # the module pass's batches
     budget = predict.SCORE_BATCH_POSITIONS
     lengths = [3000, 20, 9000, 25, 2500, 30, 3100, 10, 2900] + [40] * 20
     prompts = [[1] * n for n in lengths]

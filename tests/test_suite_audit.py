@@ -26,6 +26,8 @@ EQUALITY_CALLS = {"equal", "assert_close", "assert_allclose", "assert_array_equa
 
 # (test file, comparison as ast.unparse writes it) → what changed between the two calls.
 STATEFUL = {
+    ("evaluate/test_score_fast.py", "torch.allclose(fast, module, atol=1e-05)"):
+        "scoring_weights was patched to refuse the model in between: the same call then runs the module pass",
     ("train/test_reference.py", "torch.equal(_logits(model, ids), start)"):
         "the adapter was moved after `start` was taken; inside reference.active the starting weights are back",
     ("train/test_reference.py", "torch.equal(_logits(model, ids), moved)"):

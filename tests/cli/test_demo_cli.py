@@ -62,12 +62,20 @@ def test_fast_demo_runs_both_tasks_prints_the_table_and_reruns_for_free(tmp_path
     assert state["tasks"]["movies"]["arms"]["corpo"]["config"]["threshold"] == 0.75
     for text in ("ceiling", "sft", "grpo", "dr_grpo", "corpo", "threshold", "report.html"):
         assert text in first.stdout
-    # the verdict comes before the tables, one line per RL arm, paired against SFT and SFT + threshold
+    # the verdict comes before the tables: per task its answer sentence and grid, the sentences
+    # behind the cells one command away
     start = first.stdout.index("─ verdict ─")
     verdict = first.stdout[start:first.stdout.index("spam: sms-spam", start)]
-    for arm in ("grpo", "dr_grpo", "corpo"):  # each line after any "no learning signal …" naming (tiny-random)
-        assert re.search(rf"• {arm}: [^•]*vs sft:", " ".join(verdict.split())), arm
-    assert "(SFT + threshold chosen on val)" in verdict
+    for task in TASKS:
+        assert state["tasks"][task]["analysis"]["grid"]["sentence"].split()[0] in verdict, task
+    assert "•" not in verdict and "labelrl report" in verdict and "--explain" in verdict
+    explained = subprocess.run([sys.executable, "-m", "labelrl.cli.main", "report", "demo", "--explain"], cwd=tmp_path,
+                               env=env, capture_output=True, text=True, timeout=600)
+    assert explained.returncode == 0, explained.stderr[-3000:]
+    prose = " ".join(explained.stdout.split())
+    for arm in ("grpo", "dr_grpo", "corpo"):  # one line per RL arm, paired against SFT and SFT + threshold
+        assert re.search(rf"• {arm}: [^•]*vs sft:", prose), arm
+    assert "(SFT + threshold chosen on val)" in prose
     assert (tmp_path / "demo" / "report" / "report.html").is_file()
     assert_one_look_per_final_model(tmp_path / "demo", state)
     weights = sorted((tmp_path / "demo" / "spam" / "grpo" / "model").glob("*.safetensors"))[0]

@@ -38,8 +38,11 @@ def test_a_binary_csv_gets_the_default_ladder_a_verdict_and_a_rerunnable_recipe(
     arms = state["tasks"]["reviews"]["arms"]
     assert set(arms) == {"sft", "grpo", "dr_grpo", "threshold"}  # no CoRPO for binary labels
     assert {a["status"] for a in arms.values()} == {"done"}
-    assert "─ verdict ─" in done.stdout  # each arm's line, after any "no learning signal …" naming
-    flat = " ".join(done.stdout.split())  # the console wraps long lines
+    sentence = state["tasks"]["reviews"]["analysis"]["grid"]["sentence"]
+    assert "─ verdict ─" in done.stdout and " ".join(sentence.split()) in " ".join(done.stdout.split())
+    explained = labelrl("report", "run", "--explain", cwd=tmp_path)  # each arm's line, after any "no learning signal …"
+    assert explained.returncode == 0, explained.stderr[-3000:]
+    flat = " ".join(explained.stdout.split())  # the console wraps long lines
     assert re.search(r"• grpo: [^•]*vs sft:", flat) and re.search(r"• dr_grpo: [^•]*vs sft:", flat)
     assert (tmp_path / "run" / "report" / "report.html").is_file()
     recipe = yaml.safe_load((tmp_path / "run" / "recipe.yaml").read_text())
@@ -63,7 +66,8 @@ def test_an_ordinal_jsonl_gets_corpo_at_the_credit_of_one_grade_off(tmp_path):
     assert set(arms) == {"sft", "grpo", "dr_grpo", "corpo", "threshold"}
     assert arms["corpo"]["config"]["threshold"] == 0.75  # 1 − 1/(5 − 1)
     assert arms["threshold"]["rule"]["kind"] == "offsets"
-    assert re.search(r"• corpo: [^•]*vs sft:", " ".join(done.stdout.split()))  # the console wraps long lines
+    explained = labelrl("report", "run", "--explain", cwd=tmp_path)
+    assert re.search(r"• corpo: [^•]*vs sft:", " ".join(explained.stdout.split()))  # the console wraps long lines
     assert (tmp_path / "run" / "report" / "report.md").is_file()
 
 

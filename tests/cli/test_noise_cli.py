@@ -15,7 +15,12 @@ def test_noise_ladder_runs_and_plots_balanced_accuracy_against_the_noise_rate(tm
     done = subprocess.run([sys.executable, "-m", "labelrl.cli.main", "ladder", "noise", "--fast", "--out", str(out)],
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert "verdict" in done.stdout and "• grpo: " in done.stdout and "vs sft: " in done.stdout
+    assert "verdict" in done.stdout and "--explain" in done.stdout
+    explained = subprocess.run([sys.executable, "-m", "labelrl.cli.main", "report", str(out), "--explain"], cwd=tmp_path,
+                               env=env, capture_output=True, text=True, timeout=600)
+    assert explained.returncode == 0, explained.stderr[-3000:]
+    flat = " ".join(explained.stdout.split())  # the console wraps long lines
+    assert "• grpo: " in flat and "vs sft: " in flat
     assert "RL's slope against SFT's" in done.stdout and "slope difference" in done.stdout  # labelrl.ladder.noise_slope
     state = json.loads((out / "ladder.json").read_text())
     assert {t: state["tasks"][t]["label_noise"] for t in state["task_order"]} == {"e00": 0.0, "e10": 0.1, "e20": 0.2, "e30": 0.3}

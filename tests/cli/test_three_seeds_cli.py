@@ -41,7 +41,10 @@ def test_three_seeds_print_the_seed_agreement_and_the_corrected_decision_on_ever
     result = subprocess.run([sys.executable, "-m", "labelrl.cli.main", "ladder", str(recipe), "--out", str(out)],
                             env={**os.environ, "COLUMNS": "400"}, capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, result.stderr[-3000:]
-    printed = " ".join(result.stdout.split())  # the console wraps long lines
+    explained = subprocess.run([sys.executable, "-m", "labelrl.cli.main", "report", str(out), "--explain"],
+                               env={**os.environ, "COLUMNS": "400"}, capture_output=True, text=True, timeout=900)
+    assert explained.returncode == 0, explained.stderr[-3000:]
+    printed = " ".join(explained.stdout.split())  # the console wraps long lines
     state = json.loads((out / "ladder.json").read_text())
     task = state["tasks"]["toy"]
     lines = [v["text"] for v in task["verdict"]]

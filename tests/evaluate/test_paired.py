@@ -64,6 +64,12 @@ def test_verdict_words_on_a_clear_gain_a_clear_loss_and_a_null(b_wrong, word, de
     m = result["metrics"]["balanced_accuracy"]
     assert m["delta"] == pytest.approx(delta)
     assert (m["ci"][0] > 0) == (word == "better") and (m["ci"][1] < 0) == (word == "worse")
+    # classes are balanced, so Δacc = ΔBA here, and its interval says the same
+    acc = result["metrics"]["accuracy"]
+    assert acc["delta"] == pytest.approx(delta)
+    assert (acc["ci"][0] > 0) == (word == "better") and (acc["ci"][1] < 0) == (word == "worse")
+    assert acc["ci"][0] <= acc["delta"] <= acc["ci"][1]
+    assert verdict_words(result, "accuracy").startswith(word)
 
 
 def test_lower_grade_error_reads_as_better_and_higher_as_worse():
@@ -154,3 +160,24 @@ def test_runs_paired_by_seed_are_resampled_together_and_the_parents_noise_cancel
     assert runs_b is runs_a
     with pytest.raises(ValueError, match="as many runs"):
         bootstrap_draws(10, (2, 3), 5, 0, seeds_paired=True)
+
+
+def test_mcnemar_with_two_seeds_pairs_items_within_each_seed_and_pools_the_discordant_counts():
+    # 100 items. Seed 0: A alone right on items 0–2, B alone on 10–17; seed 1: A alone on 20–24,
+    # B alone on 30–40. Per seed: binomtest(8, 11) and binomtest(11, 16); pooled over the seeds'
+    # pairs: binomtest(19, 27). Pairing items across seeds (A's seed 0 with B's seed 1) would count
+    # other discordant items, so the per-pair counts are asserted too.
+    truth = ["spam" if i % 2 else "ham" for i in range(100)]
+    base = set(range(50, 80))  # both wrong here in every run
+    a = [preds(truth, _with_errors(truth, base | set(range(10, 18)))),
+         preds(truth, _with_errors(truth, base | set(range(30, 41))))]
+    b = [preds(truth, _with_errors(truth, base | set(range(0, 3)))),
+         preds(truth, _with_errors(truth, base | set(range(20, 25))))]
+    result = paired_comparison(a, b, n_boot=200, seeds_paired=True)
+    per_seed = [(t["a_run"], t["b_run"], t["a_right_b_wrong"], t["a_wrong_b_right"]) for t in result["mcnemar"]]
+    assert per_seed == [(0, 0, 3, 8), (1, 1, 5, 11)]
+    assert result["mcnemar"][0]["p_value"] == pytest.approx(binomtest(8, 11, 0.5).pvalue, rel=1e-12)
+    assert result["mcnemar"][1]["p_value"] == pytest.approx(binomtest(11, 16, 0.5).pvalue, rel=1e-12)
+    pooled = result["mcnemar_pooled"]
+    assert (pooled["pairs"], pooled["a_right_b_wrong"], pooled["a_wrong_b_right"]) == (2, 8, 19)
+    assert pooled["p_value"] == pytest.approx(binomtest(19, 27, 0.5).pvalue, rel=1e-12)

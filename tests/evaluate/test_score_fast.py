@@ -57,7 +57,7 @@ def test_the_packed_pass_gives_each_prompt_alone_its_full_vocabulary_probabiliti
 
 
 @pytest.mark.numerics
-def test_a_trained_adapter_is_folded_and_a_pass_that_drops_it_fails(monkeypatch):
+def test_planted_a_packed_pass_that_drops_the_trained_adapter_fails_the_comparison(monkeypatch):
     model, tokenizer = load_model("tiny-random")
     model = with_lora(model)
     ids = prompts(tokenizer, GRADES, TEXTS)

@@ -11,7 +11,8 @@ from __future__ import annotations
 import pytest
 
 from labelrl.ladder.arms import arm_config
-from labelrl.ladder.recipe import FAMILY, load_recipe
+from labelrl.ladder.kinds import FAMILY
+from labelrl.ladder.recipe import load_recipe
 from labelrl.ladder.tune_grid import arm_grid
 
 

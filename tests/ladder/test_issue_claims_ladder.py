@@ -58,7 +58,7 @@ def run(tmp_path_factory):
         state = Ladder(load_recipe(root / "recipe.yaml"), root / "run", Console(quiet=True)).run()
         console = Console(record=True, width=100_000, force_terminal=False)
         mp.setattr(cli, "console", console)
-        cli.print_verdicts(state)
+        cli.print_verdicts(state, explain=True)  # what `labelrl report RUN --explain` prints
     return root / "run", state, console.export_text()
 
 

@@ -89,7 +89,7 @@ def task(tmp_path):
 
 
 def grouped(arms):
-    from labelrl.ladder.analysis import groups
+    from labelrl.ladder.kinds import groups
 
     return groups(arms)
 

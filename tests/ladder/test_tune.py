@@ -316,7 +316,7 @@ def test_grids_resolve_from_the_most_specific_scope(tmp_path):
 @pytest.mark.parametrize("kind,labels", [("binary", ["no", "yes"]), ("ordinal", ["1", "2", "3", "4", "5"])])
 def test_the_default_recipe_gives_sft_and_every_rl_arm_grids_of_one_size(tmp_path, kind, labels):
     from labelrl.ladder.default_recipe import default_recipe
-    from labelrl.ladder.tune_grid import resolve_tune
+    from labelrl.ladder.tune_scope import resolve_tune
 
     data = write_data(tmp_path)
     tune = {"sft": {"learning_rate": [1e-5, 1e-4, 1e-3]}, "rl": {"learning_rate": [2e-6, 1e-5, 5e-5]}}

@@ -21,7 +21,8 @@ from transformers.generation.logits_process import (  # noqa: E402
 )
 
 from labelrl.rollout import completion_logprobs, sample_groups  # noqa: E402
-from labelrl.rollout.sampler import draw_tokens, inverse_cdf, left_pad, warp_logits  # noqa: E402
+from labelrl.rollout.model_inputs import left_pad  # noqa: E402
+from labelrl.rollout.sampler import draw_tokens, inverse_cdf, warp_logits  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from numerics import assert_values_within, logprob_bound  # noqa: E402

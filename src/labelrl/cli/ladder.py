@@ -74,36 +74,48 @@ def phase_table(state: dict, report_seconds: float | None, wall_seconds: float) 
     return table
 
 
-def print_verdicts(state: dict) -> None:
-    """Each task's verdict lines (labelrl.ladder.analysis.task_verdict), before the tables."""
-    console.rule("verdict")
+def print_verdicts(state: dict, explain: bool = False, out: Console | None = None) -> None:
+    """Each task's answer sentence and grid (labelrl.ladder.grid), before the tables; with
+    ``explain``, the verdict's sentences behind the cells too (labelrl.ladder.analysis.task_verdict),
+    which ``labelrl report RUN_DIR --explain`` prints. A task without a grid prints its sentences."""
+    out = out or console
+    out.rule("verdict")
+    hidden = False
     for task_name in state.get("task_order") or list(state["tasks"]):
         task = state["tasks"][task_name]
         lines = [v["text"] for v in task.get("verdict") or []]
         if not lines:
             note = (task.get("analysis") or {}).get("note") or "no finished RL arm to compare with its SFT parent"
             lines = [note]
-        console.print(f"[bold]{task_name}[/] ({task.get('data')}):", highlight=False)
-        print_grid((task.get("analysis") or {}).get("grid"))
-        for line in lines:
-            console.print(f"  • {line}", highlight=False, soft_wrap=False)
+        out.print(f"[bold]{task_name}[/] ({task.get('data')}):", highlight=False)
+        shown = print_grid((task.get("analysis") or {}).get("grid"), out)
+        if explain or not shown:
+            for line in lines:
+                out.print(f"  • {line}", highlight=False, soft_wrap=False)
+        else:
+            hidden = True
+    if hidden:
+        out.print(f"the sentence behind each cell: labelrl report {state.get('run_dir', 'RUN_DIR')} --explain "
+                  "(and the report's verdict section)", highlight=False, soft_wrap=True)
 
 
-def print_grid(grid: dict | None) -> None:
-    """The task's answer sentence and its grid (labelrl.ladder.grid), before the verdict's lines."""
+def print_grid(grid: dict | None, out: Console | None = None) -> bool:
+    """The task's answer sentence and its grid (labelrl.ladder.grid); False when there is none."""
+    out = out or console
     if not grid or "rows" not in grid or not grid["rows"]:
-        return
+        return False
     from labelrl.report.grid_table import grid_lines
 
     header, *rows = grid_lines(grid)
     table = Table(*header, box=None, pad_edge=False)
     for row in rows:
         table.add_row(*row)
-    console.print(f"  {grid['sentence']}", highlight=False)
-    console.print(table)
-    console.print("  ▲/▼ better/worse after the Holm correction over the task's comparisons (Δ of balanced accuracy; "
-                  "of ROC-AUC for the ranking); = no detectable difference (≥ the smallest it could detect)",
-                  highlight=False)
+    out.print(f"  {grid['sentence']}", highlight=False)
+    out.print(table)
+    out.print("  ▲/▼ better/worse after the Holm correction over the task's comparisons (Δ of balanced accuracy; "
+              "of ROC-AUC for the ranking); = no detectable difference (≥ the smallest it could detect)",
+              highlight=False)
+    return True
 
 
 def _fmt(metrics: dict | None, key: str) -> str:

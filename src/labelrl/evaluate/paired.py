@@ -36,7 +36,9 @@ detected); a comparison judged alone is a family of one.
 Binary correctness is also compared with McNemar's exact test (McNemar 1947; the exact form is
 a two-sided binomial test of the discordant pairs, ``scipy.stats.binomtest``), per pair of
 runs: by position when both arms have the same number of runs (seed k with seed k), else each
-run of the replicated arm against the single run of the other.
+run of the replicated arm against the single run of the other. With several pairs, the test is
+also run once on their discordant counts pooled (``mcnemar_pooled``): items are paired within
+each pair of runs, never across seeds, and each seed's items count as further pairs.
 
 An unparsed answer is wrong, and counts as the farthest grade in the grade error, as in
 ``labelrl.evaluate.metrics``.
@@ -150,6 +152,14 @@ def mcnemar(a: Encoded, b: Encoded) -> dict:
     return {"a_right_b_wrong": a_only, "a_wrong_b_right": b_only, "p_value": float(p)}
 
 
+def mcnemar_pooled(tests: Sequence[dict]) -> dict:
+    """McNemar's exact test on the discordant pairs of every pair of runs added together
+    (``mcnemar`` per pair: items are paired within each seed's runs)."""
+    a_only, b_only = sum(t["a_right_b_wrong"] for t in tests), sum(t["a_wrong_b_right"] for t in tests)
+    p = binomtest(b_only, a_only + b_only, 0.5).pvalue if a_only + b_only else 1.0
+    return {"pairs": len(tests), "a_right_b_wrong": a_only, "a_wrong_b_right": b_only, "p_value": float(p)}
+
+
 def run_pairs(n_a: int, n_b: int) -> list[tuple[int, int]]:
     """(run of A, run of B) pairs: by position when both arms have as many runs (seed k with seed k),
     else each run of the replicated arm with the single run of the other (module docstring)."""
@@ -184,6 +194,7 @@ def paired_comparison(a: Sequence[Predictions], b: Sequence[Predictions], *, nam
         points = [point_value(e, m) for e in enc_a], [point_value(e, m) for e in enc_b]
         out["metrics"][m] = delta_summary(boot[m], points, runs_a, runs_b)
     out["mcnemar"] = [{"a_run": i, "b_run": j, **mcnemar(enc_a[i], enc_b[j])} for i, j in run_pairs(S, T)]
+    out["mcnemar_pooled"] = mcnemar_pooled(out["mcnemar"])
     out["verdict"] = verdict(out, "balanced_accuracy")
     return out
 

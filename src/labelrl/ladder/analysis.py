@@ -37,27 +37,19 @@ from pathlib import Path
 from typing import Any, Callable
 
 from labelrl.fileio import atomic_write_json
-from labelrl.ladder.arms import eval_paths
 from labelrl.ladder.collapse import add_collapse_and_majority, mark_collapsed
 from labelrl.ladder.correction import CURVE_KIND, correct_task
 from labelrl.ladder.curve_vs_sft import add_curve_point, curve_point_comparisons
 from labelrl.ladder.generation_point import (add_generation_points, generated_name, generation_points, is_direct_rl,
                                             sweep_tally)
+from labelrl.ladder.kinds import RL_TYPES, groups
+from labelrl.ladder.layout import eval_paths
 from labelrl.ladder.majority import majority_baseline, majority_comparisons
 from labelrl.ladder.paired_arms import UNCOMPARED_KEYS, add_ood_verdicts, config_diff, ood_names, rl_comparisons
 from labelrl.ladder.stability import add_stability, stability_analysis
 
-__all__ = ["RL_TYPES", "SFT_TYPES", "UNCOMPARED_KEYS", "analyse_task", "config_diff", "groups", "paired_comparisons",
-           "task_verdict"]
-RL_TYPES = ("rl", "random_reward", "cot_rl")
+__all__ = ["SFT_TYPES", "UNCOMPARED_KEYS", "analyse_task", "config_diff", "paired_comparisons", "task_verdict"]
 SFT_TYPES = ("sft", "control")
-
-def groups(arms: dict[str, dict]) -> dict[str, list[str]]:
-    """Finished runs by arm (replicates under the arm they replicate), in run order."""
-    out: dict[str, list[str]] = {}
-    for name, st in arms.items():
-        out.setdefault(st.get("replicate_of") or name, []).append(name)
-    return out
 
 
 def analyse_task(task, task_dir: Path, tstate: dict) -> dict:

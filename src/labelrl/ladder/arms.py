@@ -19,7 +19,10 @@ from pydantic import BaseModel, ValidationError
 from rich.console import Console
 
 from labelrl.fileio import atomic_write_json
-from labelrl.ladder.recipe import FAMILY, Recipe, TaskSpec, deep_merge
+from labelrl.ladder.kinds import FAMILY
+from labelrl.ladder.layout import eval_paths
+from labelrl.ladder.recipe import Recipe, deep_merge
+from labelrl.ladder.spec import TaskSpec
 
 # Keys the ladder sets itself; a recipe setting them would silently break the wiring.
 WIRED = {
@@ -165,13 +168,6 @@ def train_arm(arm_type: str, cfg: BaseModel, task_dir: Path, console: Console) -
 
 
 # ---------------------------------------------------------------- evaluation
-
-
-def eval_paths(task_dir: Path, arm_name: str, tag: str) -> tuple[Path, Path]:
-    """(predictions parquet, metrics JSON) of one evaluation; tag is val, holdout, train or
-    ood-NAME, with ``-generate`` for a direct arm's generated answers."""
-    stem = task_dir / "eval" / f"{arm_name}-{tag}"
-    return stem.with_suffix(".parquet"), stem.with_suffix(".json")
 
 
 def evaluate_arm(task: TaskSpec, task_dir: Path, arm_name: str, mode: str, split: str, *,

@@ -36,13 +36,12 @@ from typing import Any, Sequence
 
 from labelrl import metrics_keys as K
 from labelrl.fileio import read_jsonl
-from labelrl.ladder.recipe import FAMILY
+from labelrl.ladder.kinds import RL_TYPES
 from labelrl.train.collapse import collapse_detail, collapse_text
 
 COLLAPSED = "collapsed"  # the status of an arm stopped on collapse
 NO_SIGNAL_SHARE = 0.5  # more than this share of the steps uniform: no learning signal
 UNMOVED_SHARE = 0.99  # answers identical to the parent's on at least this share of the items: did not move it
-RL_TYPES = tuple(t for t, family in FAMILY.items() if family == "rl")  # rl, random_reward, cot_rl
 
 
 def run_flag(st: dict) -> dict | None:
@@ -127,7 +126,7 @@ def run_unmoved(task_dir: Path, arms: dict[str, dict], run: str) -> str | None:
     """``unmoved_text`` of an RL run against its parent (``from``) on the holdout, from their
     prediction files; None when not RL or either file is missing."""
     from labelrl.evaluate.io import read_predictions
-    from labelrl.ladder.arms import eval_paths
+    from labelrl.ladder.layout import eval_paths
 
     st = arms.get(run) or {}
     if st.get("type") not in RL_TYPES or not st.get("from"):

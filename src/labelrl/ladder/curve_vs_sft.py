@@ -17,7 +17,8 @@ import json
 from pathlib import Path
 
 from labelrl.fileio import atomic_write_json
-from labelrl.ladder.arms import eval_paths
+from labelrl.ladder.kinds import RL_TYPES, groups
+from labelrl.ladder.layout import eval_paths
 
 KIND = "curve_vs_sft"
 
@@ -27,7 +28,6 @@ def curve_point_comparisons(task_dir: Path, arms: dict[str, dict], tstate: dict,
     per arm, the words of the curve and the point, or why an arm was left out."""
     from labelrl.evaluate.curve_point import paired_curve_point
     from labelrl.evaluate.io import read_predictions
-    from labelrl.ladder.analysis import RL_TYPES, groups
     from labelrl.ladder.paired_arms import seeds_paired
 
     if tstate.get("kind") != "binary":

@@ -23,6 +23,7 @@ from typing import Optional
 from pydantic import BaseModel, ConfigDict, Field
 
 from labelrl.fileio import atomic_write_json
+from labelrl.ladder.layout import eval_paths
 
 
 class ThresholdConfig(BaseModel):
@@ -49,7 +50,6 @@ def _write_derived(task_dir: Path, name: str, split: str, scored, rule: dict, n_
     from labelrl.evaluate.io import write_predictions
     from labelrl.evaluate.ledger import record_evaluation
     from labelrl.evaluate.metrics import classification_metrics
-    from labelrl.ladder.arms import eval_paths
 
     pred_path, report_path = eval_paths(task_dir, name, split)
     if report_path.is_file():
@@ -77,7 +77,6 @@ def evaluate_threshold_arm(task_dir: Path, arm_name: str, cfg: ThresholdConfig, 
     from labelrl.evaluate.io import read_predictions
     from labelrl.evaluate.ledger import summary_metrics
     from labelrl.evaluate.sweep import operating_point
-    from labelrl.ladder.arms import eval_paths
 
     parent = cfg.parent.name
     positive = cfg.positive_label or positive_label
@@ -109,7 +108,6 @@ def rescore_against(task_dir: Path, arm_name: str, split: str, key_name: str, ke
     from labelrl.evaluate.io import Predictions, predictions_table, read_predictions, write_predictions
     from labelrl.evaluate.ledger import record_evaluation, summary_metrics
     from labelrl.evaluate.metrics import classification_metrics
-    from labelrl.ladder.arms import eval_paths
 
     pred_path, report_path = eval_paths(task_dir, arm_name, f"{split}-key-{key_name}")
     if report_path.is_file():

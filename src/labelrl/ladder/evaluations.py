@@ -23,7 +23,8 @@ from pathlib import Path
 from typing import Callable
 
 from labelrl.ladder.arms import evaluate_arm
-from labelrl.ladder.recipe import FAMILY, TaskSpec
+from labelrl.ladder.kinds import FAMILY
+from labelrl.ladder.spec import TaskSpec
 
 
 def eval_cap(task: TaskSpec, arm_type: str, cfg, configs: dict) -> int | None:

@@ -23,7 +23,7 @@ import statistics
 from pathlib import Path
 from typing import Sequence
 
-from labelrl.ladder.arms import eval_paths
+from labelrl.ladder.layout import eval_paths
 
 GENERATE_TAG = "-generate"
 

@@ -58,7 +58,7 @@ def _task_label(task_dir: Path, labels: Sequence[str]) -> str:
 def majority_predictions(task_dir: Path, arms: dict[str, dict], split: str):
     """(label, the constant predictor's Predictions on ``split``) from the reference arm's file."""
     from labelrl.evaluate.io import read_predictions
-    from labelrl.ladder.arms import eval_paths
+    from labelrl.ladder.layout import eval_paths
 
     reference = _reference_arm(arms)
     if reference is None:
@@ -90,7 +90,7 @@ def majority_comparisons(task_dir: Path, arms: dict[str, dict], grouped: dict[st
     the task's ``samples.json`` (a run directory not made by the ladder)."""
     from labelrl.evaluate.io import read_predictions
     from labelrl.evaluate.paired import paired_comparison
-    from labelrl.ladder.arms import eval_paths
+    from labelrl.ladder.layout import eval_paths
 
     if _reference_arm(arms) is None or not (task_dir / "samples.json").is_file():
         return []

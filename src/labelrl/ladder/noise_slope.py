@@ -62,7 +62,8 @@ import numpy as np
 from labelrl.evaluate.io import Predictions, read_predictions
 from labelrl.evaluate.paired import encode_on, metric_matrix, point_value, shared_ids
 from labelrl.fileio import atomic_write_json
-from labelrl.ladder.arms import eval_paths
+from labelrl.ladder.kinds import groups
+from labelrl.ladder.layout import eval_paths
 
 METRIC = "balanced_accuracy"
 NOISE_SLOPE_FILE = "noise_slope.json"  # in RUN_DIR/analysis/
@@ -203,19 +204,11 @@ def slope_words(result: dict, names: tuple[str, str] | None = None) -> str:
 # ---------------------------------------------------------------- from a ladder run's files
 
 
-def _groups(arms: dict[str, dict]) -> dict[str, list[str]]:
-    """Runs by arm (replicates ``ARM@sSEED`` under the arm they replicate), in run order."""
-    out: dict[str, list[str]] = {}
-    for name, st in arms.items():
-        out.setdefault(st.get("replicate_of") or name, []).append(name)
-    return out
-
-
 def arm_pairs(tstate: dict) -> list[tuple[str, str]]:
     """(SFT arm, RL arm) of a task's state: every direct ``rl`` arm whose runs start from one
     ``sft`` arm's runs, in run order."""
     arms = tstate.get("arms") or {}
-    grouped = _groups({n: arms[n] for n in (tstate.get("arm_order") or list(arms)) if n in arms})
+    grouped = groups({n: arms[n] for n in (tstate.get("arm_order") or list(arms)) if n in arms})
     sft = {g: set(runs) for g, runs in grouped.items() if arms[runs[0]].get("type") == "sft"}
     pairs = []
     for g, runs in grouped.items():
@@ -233,7 +226,7 @@ def read_noise_task(task_dir: Path, task_name: str, tstate: dict, sft: str, rl: 
     ValueError when an arm has no finished run."""
     arms = tstate["arms"]
     order = [n for n in (tstate.get("arm_order") or list(arms)) if arms.get(n, {}).get("status") == "done"]
-    grouped = _groups({n: arms[n] for n in order})
+    grouped = groups({n: arms[n] for n in order})
     sft_runs, rl_runs = grouped.get(sft, []), grouped.get(rl, [])
     if not sft_runs or not rl_runs:
         raise ValueError(f"{len(sft_runs)} finished {sft} run(s) and {len(rl_runs)} finished {rl} run(s); the slope needs "

@@ -25,7 +25,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable
 
-from labelrl.ladder.arms import eval_paths
+from labelrl.ladder.layout import eval_paths
 from labelrl.ladder.derived import matched_name
 
 # Config keys that say where a run lives or how it is logged, not what it does.

@@ -9,7 +9,7 @@ comparisons). Arms finished in an earlier invocation keep the times they took th
 
 from __future__ import annotations
 
-from labelrl.ladder.recipe import FAMILY
+from labelrl.ladder.kinds import FAMILY
 
 PHASES = ("train", "scoring", "analysis")
 

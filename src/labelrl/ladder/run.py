@@ -21,11 +21,13 @@ import yaml
 from rich.console import Console
 
 from labelrl.fileio import RunLock, atomic_write_json, atomic_write_text
-from labelrl.ladder.analysis import RL_TYPES, analyse_task
+from labelrl.ladder.analysis import analyse_task
 from labelrl.ladder.arms import LadderStopped, arm_config, train_arm
 from labelrl.ladder.collapse import COLLAPSED, stops_on_collapse
 from labelrl.train.collapse import collapse_detail
-from labelrl.ladder.recipe import FAMILY, Recipe, TaskSpec, requires, run_order
+from labelrl.ladder.kinds import FAMILY, RL_TYPES
+from labelrl.ladder.recipe import Recipe, requires, run_order
+from labelrl.ladder.spec import TaskSpec
 from labelrl.ladder.phases import phase_times
 from labelrl.ladder.noise_slope import noise_slope_step
 from labelrl.ladder.tune import tune_or_follow

@@ -35,12 +35,12 @@ from typing import Sequence
 
 from labelrl import metrics_keys as K
 from labelrl.fileio import atomic_write_json, read_jsonl
+from labelrl.ladder.kinds import RL_TYPES
 
 STABILITY_FILE = "stability.json"
 STEP_FIGURES = ("reward_step_change", "val_step_change")
 CORPO, GRPO_FAMILY = "corpo", ("grpo", "dr_grpo")
 SIGN_TEST_ALPHA = 0.05
-RL_TYPES = ("rl", "random_reward", "cot_rl")
 
 
 def median_abs_change(values: Sequence[float | None]) -> float | None:

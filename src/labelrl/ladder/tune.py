@@ -39,8 +39,9 @@ from pydantic import BaseModel
 from rich.console import Console
 
 from labelrl.fileio import atomic_write_json, atomic_write_text
-from labelrl.ladder.arms import LadderStopped, eval_paths, train_arm
-from labelrl.ladder.recipe import TaskSpec
+from labelrl.ladder.arms import LadderStopped, train_arm
+from labelrl.ladder.layout import eval_paths
+from labelrl.ladder.spec import TaskSpec
 from labelrl.ladder.tune_grid import Grid, with_values
 
 TUNE_DIR = "tune"

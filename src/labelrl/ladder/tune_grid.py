@@ -5,12 +5,10 @@
 listed values, in the order listed (the first key varies slowest); ``labelrl.ladder.tune``
 trains them and keeps the best on val.
 
-A grid may be set on an arm or in a ``defaults`` section (the recipe's or a task's, ``sft`` or
-``rl``), so every arm of a family gets the same budget. The most specific one wins whole: the
-arm's own ``tune``, else its task's ``defaults.FAMILY.tune``, else the recipe's; ``tune: {}``
-turns tuning off for one arm. Only arms that train a model can tune (sft, control, cot_sft and
-the RL arms), and only training options: not the seed (replicates are ``seeds:``), the task's
-data and samples (the same for every arm) or a key the ladder wires.
+Where a grid may be set, and which arms tune, is ``labelrl.ladder.tune_scope`` (read with the
+recipe). Here the grid is checked against the arm's resolved config: only training options may
+vary, not the seed (replicates are ``seeds:``), the task's data and samples (the same for every
+arm) or a key the ladder wires.
 """
 
 from __future__ import annotations
@@ -24,10 +22,9 @@ from pydantic import BaseModel, ValidationError
 
 from labelrl.data.options import DataOptions
 from labelrl.ladder.arms import WIRED
-from labelrl.ladder.recipe import FAMILY, Recipe, TaskSpec
-
-TUNABLE = ("sft", "rl")  # families whose arms train a model that val can choose between
-EXAMPLE = "tune: {learning_rate: [1.0e-5, 5.0e-5]}"
+from labelrl.ladder.kinds import FAMILY
+from labelrl.ladder.recipe import Recipe
+from labelrl.ladder.tune_scope import EXAMPLE, resolve_tune
 
 
 @dataclass(frozen=True)
@@ -37,54 +34,6 @@ class Grid:
     where: str  # the recipe key it was set at, e.g. defaults.rl.tune
     grid: dict[str, list]  # field → values as the config reads them (JSON values: 1e-5 written as text is the number)
     candidates: list[dict]  # every combination, in order; ties between candidates go to the first
-
-
-def check_tune(tune: Any, where: str) -> dict[str, list] | None:
-    """``tune`` as written: None when absent, else a mapping of field name → a non-empty list."""
-    if tune is None:
-        return None
-    if not isinstance(tune, dict):
-        raise ValueError(f"{where}: {tune!r} is not a mapping; write {EXAMPLE} (a config field → the values to try)")
-    for key, values in tune.items():
-        if not isinstance(values, list) or not values:
-            raise ValueError(f"{where}.{key}: {values!r}: give a list of at least one value to try, e.g. {key}: [A, B]")
-    return tune
-
-
-def _refuse_family(family: str, where: str) -> None:
-    if family not in TUNABLE:
-        raise ValueError(f"{where}: a {family} arm trains no model to choose on val (sft, control, cot_sft and the RL "
-                         "arms can tune); drop tune")
-
-
-def resolve_tune(defaults: dict, task_name: str, task: TaskSpec, arm_name: str) -> tuple[str, dict] | None:
-    """(where it was set, the grid as written) of an arm or run (module docstring); None without
-    a grid, for ``tune: {}``, and for a replicate run ``tuned_by`` its first seed's run."""
-    arm = task.arms[arm_name]
-    if arm.tuned_by is not None:
-        return None
-    family = FAMILY[arm.type]
-    scopes = ((f"tasks.{task_name}.arms.{arm.replicate_of or arm_name}.tune", arm.tune),
-              (f"tasks.{task_name}.defaults.{family}.tune", (task.defaults.get(family) or {}).get("tune")),
-              (f"defaults.{family}.tune", (defaults.get(family) or {}).get("tune")))
-    for where, tune in scopes:
-        if check_tune(tune, where) is not None:
-            if not tune:
-                return None
-            _refuse_family(family, where)
-            return where, tune
-    return None
-
-
-def tuned_arms(defaults: dict, task_name: str, task: TaskSpec) -> set[str]:
-    """The declared arms of ``task`` that tune, after checking every ``tune`` of the recipe's and
-    the task's defaults and of the arms."""
-    for scope, sections in (("defaults", defaults), (f"tasks.{task_name}.defaults", task.defaults)):
-        for family, section in sections.items():
-            tune = check_tune((section or {}).get("tune"), f"{scope}.{family}.tune")
-            if tune:
-                _refuse_family(family, f"{scope}.{family}.tune")
-    return {name for name in task.arms if resolve_tune(defaults, task_name, task, name) is not None}
 
 
 def with_values(cfg: BaseModel, values: dict, out: Path | None = None) -> BaseModel:

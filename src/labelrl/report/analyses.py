@@ -18,16 +18,11 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Callable
 
 from labelrl import metrics_keys as K
 from labelrl.report import figures as F
 from labelrl.report.collect import ArmData, TaskData
 from labelrl.report.render import Block, FigureSink, Para, TableBlock, fmt, fmt_ci
-
-
-def _draw(make: Callable[[], object]) -> Callable:
-    return lambda path: F.render_png(make, path)
 
 
 def recall_and_residue(task: TaskData, sink: FigureSink) -> list[Block]:
@@ -37,11 +32,11 @@ def recall_and_residue(task: TaskData, sink: FigureSink) -> list[Block]:
         if arm.recall_steps:
             blocks.append(sink.image(f"{task.name}-{arm.name}-recall", f"{task.name} / {arm.label}: recall of each label "
                                      "among the rollouts per step (the recall drift)",
-                                     _draw(lambda a=arm: F.recall_figure(a.label, a.recall_steps, task.labels))))
+                                     F.drawer(lambda a=arm: F.recall_figure(a.label, a.recall_steps, task.labels))))
         if arm.residue:
             blocks.append(sink.image(f"{task.name}-{arm.name}-residue", f"{task.name} / {arm.label}: share of the groups "
                                      "trained on whose item is ambiguous, against its share in the training sample",
-                                     _draw(lambda a=arm: F.residue_figure(a.label, a.residue))))
+                                     F.drawer(lambda a=arm: F.residue_figure(a.label, a.residue))))
     if any(a.recall_steps for a in task.rl_arms()) and not any(a.residue for a in task.rl_arms()):
         blocks.append(Para("Residue drift not drawn: no ambiguous items known (no conflicting duplicates in the audit, "
                            "no SFT scores of the training items, no relabel arm).", "note"))
@@ -54,13 +49,13 @@ def parse_and_tax(task: TaskData, sink: FigureSink) -> list[Block]:
     arms = [(a.label, a.steps) for a in task.rl_arms() if any(isinstance(r.get(K.PARSE_FAIL_FRAC), (int, float)) for r in a.steps)]
     if arms:
         blocks.append(sink.image(f"{task.name}-parse-failures", f"{task.name}: share of rollouts the strict parser could "
-                                 "not read, per step, every RL arm", _draw(lambda: F.arm_lines_figure(
+                                 "not read, per step, every RL arm", F.drawer(lambda: F.arm_lines_figure(
                                      task.name, arms, K.PARSE_FAIL_FRAC, f"unparsed rollouts {F.FRACTION}", "parse failures per step"))))
     for arm in task.rl_arms():
         if arm.tax:
             blocks.append(sink.image(f"{task.name}-{arm.name}-think-tax", f"{task.name} / {arm.label}: mean reward and think "
                                      "closure by reasoning length among finished rollouts, early vs late steps",
-                                     _draw(lambda a=arm: F.think_tax_figure(a.label, a.tax))))
+                                     F.drawer(lambda a=arm: F.think_tax_figure(a.label, a.tax))))
             blocks.append(_tax_table(task, arm))
     return blocks
 
@@ -85,7 +80,7 @@ def parser_and_sampling(task: TaskData, sink: FigureSink) -> list[Block]:
         pairs = [(a.label, a.rescore["per_step"]) for a in rescored]
         blocks.append(sink.image(f"{task.name}-inflation", f"{task.name}: reward a lenient parser would have paid minus "
                                  "the strict reward, on the same logged rollouts, per step",
-                                 _draw(lambda: F.arm_lines_figure(task.name, pairs, "inflation",
+                                 F.drawer(lambda: F.arm_lines_figure(task.name, pairs, "inflation",
                                                                   "lenient − strict mean reward (reward units)",
                                                                   "lenient parser's reward inflation", ylim=None))))
         rows = [[a.name, fmt(a.rescore["overall"]["reward_strict"]), fmt(a.rescore["overall"]["reward_lenient"]),

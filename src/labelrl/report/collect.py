@@ -32,6 +32,7 @@ import pyarrow.parquet as pq
 from labelrl import metrics_keys as K
 from labelrl.evaluate.ledger import summary_metrics
 from labelrl.fileio import read_jsonl
+from labelrl.ladder.kinds import RL_TYPES
 from labelrl.report.rollout_stats import graded_rollouts, recall_per_step, residue_drift, think_length_tax
 from labelrl.types import canonical_label
 
@@ -42,7 +43,6 @@ N_LENGTH_BUCKETS = 8
 ROLLOUT_COLUMNS = ("step", "prompt_id", "sample_index", "label", "completion", "answer", "reward", "advantage",
                    "completion_tokens", "truncated", "think_closed", "skipped")
 LOW_CONFIDENCE_SHARE = 0.25  # the SFT model's lowest-confidence quarter of the training sample
-RL_TYPES = ("rl", "random_reward", "cot_rl")
 TRACEBACK_LINES = 15
 # ladder.json is written with sorted keys; the ladder keeps the run order in task_order and
 # arm_order. Without them, arms are ordered by type as the ladder runs them (then by name).

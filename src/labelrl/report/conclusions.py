@@ -71,12 +71,14 @@ def paired_table(task: TaskData) -> list[Block]:
         cells = [fmt_ci((r["metrics"].get(m) or {}).get("delta"), (r["metrics"].get(m) or {}).get("ci"), sign=True)
                  for m in metrics]
         p_values = ", ".join(fmt(t.get("p_value"), 3) for t in r.get("mcnemar") or [])
+        if len(r.get("mcnemar") or []) > 1 and r.get("mcnemar_pooled"):
+            p_values += f"; pooled {fmt(r['mcnemar_pooled']['p_value'], 3)}"
         diff = "; ".join(f"{k}: {a} → {b}" for k, (a, b) in (c.get("config_diff") or {}).items())
         runs = r.get("n_runs") or [1, 1]
         rows.append([f"{c['b']} vs {c['a']}", KIND_TEXT.get(c["kind"], c["kind"]), _set_name(c), fmt(r.get("n"), 0),
                      f"{runs[0]} / {runs[1]}", *cells, *_family_cells(r), p_values or "—", _verdict_cell(c), diff or "—"])
     columns = ["B vs A", "comparison", "set", "items", "runs A / B", *[f"{DELTA_TEXT[m]} (B − A) [95% CI]" for m in metrics],
-               "tested", "p raw → Holm", "adjusted interval", "could detect", "McNemar p (per run pair)", "verdict",
+               "tested", "p raw → Holm", "adjusted interval", "could detect", "McNemar p (per run pair; pooled)", "verdict",
                "config that differs (A → B)"]
     ood = any(_set_name(c) != "holdout" for c in task.paired)
     size = next((c["result"]["family"]["size"] for c in task.paired if c["result"].get("family")), None)

@@ -62,6 +62,11 @@ def render_png(make: Callable[[], Figure], path: str | Path) -> bytes:
     return save_figure(fig, path)
 
 
+def drawer(make: Callable[[], Figure]) -> Callable[[Path], bytes]:
+    """``make`` as the draw function ``FigureSink.image`` takes: ``render_png(make, path)``."""
+    return lambda path: render_png(make, path)
+
+
 def known(pairs) -> tuple[list[float], list[float]]:
     """(x, y) of the (x, y) pairs whose y is not None."""
     points = [(x, y) for x, y in pairs if y is not None]

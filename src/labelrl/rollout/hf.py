@@ -14,9 +14,9 @@ import torch
 from transformers import GenerationConfig
 
 from labelrl.models.precision import compute
+from labelrl.rollout.model_inputs import left_pad
 from labelrl.rollout.sampler import (
-    RolloutBatch, check_prompt_seeds, check_sampling_args, eval_mode, left_pad, make_generator, model_device,
-    normalise_eos,
+    RolloutBatch, check_prompt_seeds, check_sampling_args, eval_mode, make_generator, model_device, normalise_eos,
 )
 
 

@@ -279,7 +279,7 @@ def _forward(w: LeanWeights, segments: list[Segment], heads: torch.Tensor, targe
 def _prompt_segments(prompt_ids: Sequence[Sequence[int]], shared: int, pad: int, device) -> list[Segment]:
     """The shared prefix (when ``shared``) and the prompts' rest, each prompt's padding left out."""
     from labelrl.rollout.prefix import remainder_inputs
-    from labelrl.rollout.sampler import left_pad
+    from labelrl.rollout.model_inputs import left_pad
 
     if not shared:
         ids, columns, positions = left_pad(prompt_ids, pad, device)

@@ -28,8 +28,9 @@ import torch.nn.functional as F
 
 from labelrl.models.precision import compute
 from labelrl.rollout.lean_pass import lean_logprobs, lean_reason
+from labelrl.rollout.model_inputs import left_pad
 from labelrl.rollout.prefix import cached_inputs, checkpointing, prefix_supported, shared_prefix_length
-from labelrl.rollout.sampler import left_pad, model_device
+from labelrl.rollout.sampler import model_device
 
 
 def completion_logprobs(

@@ -26,7 +26,7 @@ import torch
 from transformers import DynamicCache
 
 from labelrl.models.precision import compute
-from labelrl.rollout.sampler import cache_kwarg, inner_model, left_pad, new_cache
+from labelrl.rollout.model_inputs import cache_kwarg, inner_model, left_pad, new_cache
 
 # Below this many shared tokens the extra forward call costs about what it saves.
 MIN_SHARED = 16

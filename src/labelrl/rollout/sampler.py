@@ -11,14 +11,14 @@ steps run on its packed weights, and the tokens every prompt starts with (chat t
 system message) are prefilled once (``labelrl.rollout.prefix``'s layout; not on sliding-window
 layers); other models run through their own forward (``HFStepper``).
 
-The helpers here (left padding, argument checks, logit warping, seeding, eval mode) are
-shared by every backend, so the backends agree on what each argument means.
+The helpers here (argument checks, logit warping, seeding, eval mode) and the left padding of
+``labelrl.rollout.model_inputs`` are shared by every backend, so the backends agree on what each
+argument means.
 """
 
 from __future__ import annotations
 
 import contextlib
-import inspect
 import math
 import time
 from dataclasses import dataclass, field
@@ -26,10 +26,10 @@ from typing import Iterator, Sequence
 
 import torch
 import torch.nn.functional as F
-from transformers import DynamicCache
 
 from labelrl.models.precision import check_compute_dtype, compute
 from labelrl.rollout.fast_decode import fast_prefill, fuse_llama, unsupported_reason
+from labelrl.rollout.model_inputs import cache_kwarg, left_pad, new_cache
 
 
 @dataclass
@@ -104,24 +104,6 @@ def make_generator(seed: int | None, generator: torch.Generator | None) -> torch
     if seed is None:
         seed = int(torch.randint(0, 2**62, (1,)).item())
     return torch.Generator(device="cpu").manual_seed(int(seed))
-
-
-def left_pad(
-    prompt_ids: Sequence[Sequence[int]], pad_token_id: int, device: torch.device | str = "cpu",
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Left-padded ``input_ids`` [B, P], ``attention_mask`` [B, P] and ``position_ids`` [B, P].
-
-    Positions count real tokens only (0 at each prompt's first token), as
-    ``generate`` does, so padding never shifts a prompt's rotary positions; pad slots get 0.
-    """
-    width = max(len(p) for p in prompt_ids)
-    input_ids = torch.full((len(prompt_ids), width), pad_token_id, dtype=torch.long)
-    attention_mask = torch.zeros((len(prompt_ids), width), dtype=torch.long)
-    for i, prompt in enumerate(prompt_ids):
-        input_ids[i, width - len(prompt):] = torch.as_tensor(list(prompt), dtype=torch.long)
-        attention_mask[i, width - len(prompt):] = 1
-    position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
-    return input_ids.to(device), attention_mask.to(device), position_ids.to(device)
 
 
 def warp_logits(logits: torch.Tensor, *, temperature: float, top_k: int, top_p: float) -> torch.Tensor:
@@ -246,27 +228,9 @@ def model_device(model: torch.nn.Module) -> torch.device:
     return next(model.parameters()).device
 
 
-def inner_model(model: torch.nn.Module) -> torch.nn.Module:
-    """The model inside a DistributedDataParallel-style wrapper (``.module``), else the model:
-    the wrapper forwards calls but hides ``config`` and the forward signature."""
-    return getattr(model, "module", model)
-
-
 def pad_id(tokenizer) -> int:
     """The tokenizer's pad id, else its end-of-sequence id (padding is always masked out)."""
     return tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-
-
-def cache_kwarg(model: torch.nn.Module) -> str:
-    """The forward argument that takes the KV cache: ``cache`` in newer transformers 5.x,
-    ``past_key_values`` before (still accepted, with a deprecation warning, until 5.40)."""
-    model = inner_model(model)
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    return "cache" if "cache" in inspect.signature(base.forward).parameters else "past_key_values"
-
-
-def new_cache(model: torch.nn.Module) -> DynamicCache:
-    return DynamicCache(config=inner_model(model).config)
 
 
 def sample_groups(
