@@ -25,6 +25,11 @@ entry of a factor near 0 while its rounding is not (a sum of ± advantages, oneh
 the entrywise magnitude of the last reduction undercounts that entry, so gradients are
 compared per tensor in the Frobenius norm, ‖Ĉ − C‖_F ≤ γ_K·‖ |A|·|B| ‖_F (the entrywise bound,
 normed), where such entries weigh what they are.
+
+Where that worst case cannot tell a real bug (a 30-layer model's chain K is ~1.8·10⁵ roundings,
+so γ_K·L allows logits to move by units), ``probabilistic=True`` replaces γ_K by γ̃_K(λ) ≈ λ·√K·u
+(``gamma_probabilistic``): errors that accumulate like a random walk, not in step. That is a
+model, not a guarantee; each test that uses it says what it would miss and what it catches.
 """
 
 from __future__ import annotations
@@ -48,6 +53,29 @@ def gamma(chain_length: int, dtype: torch.dtype) -> float:
         raise ValueError(f"chain_length={chain_length}: K·u = {ku:.3g} ≥ 1 in {dtype}, so γ_K bounds nothing; "
                          "compare in a wider dtype")
     return ku / (1 - ku)
+
+
+# λ of the probabilistic rounding model. Higham & Mary, "A new approach to probabilistic rounding
+# error analysis", SIAM J. Sci. Comput. 41(5), 2019, Theorem 2.4: if the K roundings δ_k of a chain
+# are independent random variables of mean zero with |δ_k| ≤ u, then |Π_k (1 + δ_k) − 1| ≤ γ̃_K(λ) =
+# exp(λ·√K·u + K·u²/(1 − u)) − 1 (≈ λ·√K·u) with probability at least 1 − 2·exp(−λ²(1 − u)²/2).
+# λ = 7: 4.6e-11 per chain, so below 1e-4 over the ~10⁶ values one test compares (union bound).
+# Where the model's assumption fails (roundings that are alike: many equal terms, or values that
+# stagnate in a low precision) the errors can add in step; the worst case γ_K still holds then.
+ROUNDING_LAMBDA = 7.0
+
+
+def gamma_probabilistic(chain_length: int, dtype: torch.dtype, lam: float = ROUNDING_LAMBDA) -> float:
+    """min(γ_K, γ̃_K(λ)): the relative error of K chained roundings under the probabilistic model
+    (``ROUNDING_LAMBDA``: Higham & Mary 2019, Theorem 2.4); never above the worst case γ_K, which
+    it undercuts once K > λ² (49 roundings)."""
+    u = unit_roundoff(dtype)
+    tilde = math.expm1(lam * math.sqrt(chain_length) * u + chain_length * u * u / (1 - u))
+    return tilde if chain_length * u >= 1 else min(tilde, gamma(chain_length, dtype))
+
+
+def _gamma(chain_length: int, dtype: torch.dtype, probabilistic: bool) -> float:
+    return gamma_probabilistic(chain_length, dtype) if probabilistic else gamma(chain_length, dtype)
 
 
 def _head_dim(config) -> int:
@@ -112,21 +140,25 @@ def logit_magnitude(model: torch.nn.Module) -> float:
     return float(scale.abs().max()) * math.sqrt(head.shape[1]) * float(head.norm(dim=1).max())
 
 
-def logit_error(model: torch.nn.Module, sequence_length: int, dtype: torch.dtype = torch.float32) -> float:
+def logit_error(model: torch.nn.Module, sequence_length: int, dtype: torch.dtype = torch.float32,
+                probabilistic: bool = False) -> float:
     """The largest error of one computed logit: γ_K·L (``logit_chain_length``,
     ``logit_magnitude``). A soft cap (Gemma: cap·tanh(z/cap)) passes that on no larger
-    (|tanh'| ≤ 1) and adds its own three roundings, of values up to the cap: 3u·cap."""
+    (|tanh'| ≤ 1) and adds its own three roundings, of values up to the cap: 3u·cap.
+    ``probabilistic``: γ̃_K(λ) in place of γ_K (``gamma_probabilistic``)."""
     cap = getattr(_base(model).config, "final_logit_softcapping", None) or 0.0
-    return (gamma(logit_chain_length(model, sequence_length), dtype) * logit_magnitude(model)
+    return (_gamma(logit_chain_length(model, sequence_length), dtype, probabilistic) * logit_magnitude(model)
             + 3 * unit_roundoff(dtype) * cap)
 
 
-def logit_bound(model: torch.nn.Module, sequence_length: int, dtype: torch.dtype = torch.float32) -> float:
+def logit_bound(model: torch.nn.Module, sequence_length: int, dtype: torch.dtype = torch.float32,
+                probabilistic: bool = False) -> float:
     """The largest difference two routes' logits can have: twice ``logit_error``."""
-    return 2 * logit_error(model, sequence_length, dtype)
+    return 2 * logit_error(model, sequence_length, dtype, probabilistic)
 
 
-def logprob_error(model: torch.nn.Module, sequence_length: int, dtype: torch.dtype = torch.float32) -> float:
+def logprob_error(model: torch.nn.Module, sequence_length: int, dtype: torch.dtype = torch.float32,
+                  probabilistic: bool = False) -> float:
     """The largest error of one computed log-prob ``z_t − logsumexp(z)``, first order in u.
 
     Each logit is within ε = ``logit_error`` of its exact value, which moves z_t and
@@ -135,15 +167,18 @@ def logprob_error(model: torch.nn.Module, sequence_length: int, dtype: torch.dty
     2uL, passed on relatively by exp, which rounds by u; the sum of V positive terms by γ_V
     relative; log adds u·log V (the sum lies in [1, V]) and the final add u·|lse| with
     |lse| ≤ L + log V: γ_V + u·(3L + 2·log V) in all. The subtraction rounds by u·|logp| ≤
-    u·(2L + log V). Total: 2ε + γ_V + u·(5L + 3·log V).
+    u·(2L + log V). Total: 2ε + γ_V + u·(5L + 3·log V). ``probabilistic``: γ̃ in place of γ
+    (``gamma_probabilistic``) in ε and for the sum.
     """
     L, vocab, u = logit_magnitude(model), _base(model).config.vocab_size, unit_roundoff(dtype)
-    return 2 * logit_error(model, sequence_length, dtype) + gamma(vocab, dtype) + u * (5 * L + 3 * math.log(vocab))
+    return (2 * logit_error(model, sequence_length, dtype, probabilistic) + _gamma(vocab, dtype, probabilistic)
+            + u * (5 * L + 3 * math.log(vocab)))
 
 
-def logprob_bound(model: torch.nn.Module, sequence_length: int, dtype: torch.dtype = torch.float32) -> float:
+def logprob_bound(model: torch.nn.Module, sequence_length: int, dtype: torch.dtype = torch.float32,
+                  probabilistic: bool = False) -> float:
     """The largest difference two routes' log-probs of one token can have: twice ``logprob_error``."""
-    return 2 * logprob_error(model, sequence_length, dtype)
+    return 2 * logprob_error(model, sequence_length, dtype, probabilistic)
 
 
 def bf16_rounding_logprob_bound(model: torch.nn.Module, sequence_length: int) -> float:

@@ -74,15 +74,19 @@ def full_vocab_probs(model, tokenizer, prompt_ids, labels):
     return np.stack(rows)
 
 
-def assert_scores_match_reference(model, tokenizer, prompt_ids, labels, got, expected) -> np.ndarray:
+def assert_scores_match_reference(model, tokenizer, prompt_ids, labels, got, expected,
+                                  bound: float | None = None) -> np.ndarray:
     """``got`` (batched, padded) within the rounding bound of ``expected`` (each prompt alone):
     tests/numerics.py's ``label_probability_bound``, with one token per label when the first
-    tokens differ, else the longest label's tokens. Returns the bound."""
-    label_ids = label_token_ids(tokenizer, labels)
-    tokens = 1 if len({ids[0] for ids in label_ids}) == len(label_ids) else max(map(len, label_ids))
-    prefix = tokenizer(ANSWER_PREFIX, add_special_tokens=False)["input_ids"]
-    longest = max(map(len, prompt_ids)) + len(prefix) + max(map(len, label_ids))
-    bound = label_probability_bound(model, longest, torch.as_tensor(expected), tokens)
+    tokens differ, else the longest label's tokens; or ``bound`` where a test states a tighter
+    one and its justification. Returns the bound."""
+    if bound is None:
+        label_ids = label_token_ids(tokenizer, labels)
+        tokens = 1 if len({ids[0] for ids in label_ids}) == len(label_ids) else max(map(len, label_ids))
+        prefix = tokenizer(ANSWER_PREFIX, add_special_tokens=False)["input_ids"]
+        longest = max(map(len, prompt_ids)) + len(prefix) + max(map(len, label_ids))
+        bound = label_probability_bound(model, longest, torch.as_tensor(expected), tokens)
+    bound = torch.as_tensor(bound, dtype=torch.float64).expand(torch.as_tensor(expected).shape)
     assert_values_within(torch.as_tensor(got), torch.as_tensor(expected), bound, "label probabilities")
     return bound.numpy()
 
@@ -109,17 +113,101 @@ def test_label_token_scoring_agrees_with_full_vocabulary_forward(tiny, labels):
     assert_scores_match_reference(model, tokenizer, ids, labels, got, expected)
 
 
-@pytest.mark.slow
-@pytest.mark.numerics
-def test_label_token_scoring_agrees_with_full_vocabulary_forward_on_smollm2():
+# SmolLM2 in fp32: the batched, padded module pass's label probabilities (the prompts' shared prefix
+# run once) against each prompt alone with the full vocabulary (``full_vocab_probs``). A measured
+# bound, in the style of the vLLM engine test's TOLERANCE (tests/rollout/test_vllm_engine_slow.py).
+#
+# The derived bound (``label_probability_bound``: γ_K·L with K ≈ 1.8·10⁵ roundings and L = 601,
+# about 25·p per probability p) passes any probability of 0.04 or more whatever its value. The
+# √n model does not rescue it: γ̃_K = λ·√K·u (numerics.ROUNDING_LAMBDA) still allows 0.42·p, while
+# the smallest plausible bugs move these probabilities by far less: the model run in bf16 where
+# fp32 was asked (0.0090), one of the 30 layers skipped (layer 26, the least visible: 0.011; the
+# others 0.032 to 0.83), the label read one position early (0.21), the prompt without the answer
+# prefix (0.59) (test_planted_smollm2_label_scoring_…).
+#
+# Measured |difference|: 2.3e-6 on an AMX Xeon, 5.8e-7 on AVX2 kernels (MKL, oneDNN and ATen held to
+# AVX2; the label log-odds differ by ≤ 2.1e-5). 1e-4 is 43× the larger, and the smallest bug is
+# 90× over it. Which layer's absence shows least is the model's, not the CPU's: measured once.
+SMOLLM2_PROBABILITY_TOLERANCE = 1e-4
+SMOLLM2_LABELS = LabelSpace(("ham", "spam"), kind="binary")
+
+
+@pytest.fixture(scope="module")
+def smollm2_reference():
+    """SmolLM2, its tokenizer, three prompts and their full-vocabulary label probabilities."""
     from labelrl.models import load_model
 
     model, tokenizer = load_model("smollm2-135m-instruct")
-    labels = LabelSpace(("ham", "spam"), kind="binary")
-    ids = prompts(tokenizer, labels, ["Free entry to win a prize, text WIN now!", "ok see you at lunch", "Call 0800 now"])
-    expected = full_vocab_probs(model, tokenizer, ids, labels)
-    got = score_labels(model, tokenizer, ids, labels, batch_size=2).double().numpy()
-    assert_scores_match_reference(model, tokenizer, ids, labels, got, expected)
+    ids = prompts(tokenizer, SMOLLM2_LABELS,
+                  ["Free entry to win a prize, text WIN now!", "ok see you at lunch", "Call 0800 now"])
+    return model, tokenizer, ids, full_vocab_probs(model, tokenizer, ids, SMOLLM2_LABELS)
+
+
+def assert_smollm2_scores_match(smollm2_reference, got) -> None:
+    model, tokenizer, ids, expected = smollm2_reference
+    assert_scores_match_reference(model, tokenizer, ids, SMOLLM2_LABELS, got, expected,
+                                  bound=SMOLLM2_PROBABILITY_TOLERANCE)
+
+
+def smollm2_scores(smollm2_reference) -> np.ndarray:
+    model, tokenizer, ids, _ = smollm2_reference
+    return score_labels(model, tokenizer, ids, SMOLLM2_LABELS, batch_size=2).double().numpy()
+
+
+@pytest.mark.slow
+@pytest.mark.numerics
+def test_label_token_scoring_agrees_with_full_vocabulary_forward_on_smollm2(smollm2_reference):
+    expected = smollm2_reference[3]
+    assert (np.abs(expected - 0.5) > 100 * SMOLLM2_PROBABILITY_TOLERANCE).all()  # a uniform answer would fail
+    assert_smollm2_scores_match(smollm2_reference, smollm2_scores(smollm2_reference))
+
+
+def _in_bf16(monkeypatch, reference):
+    """The module pass run in bf16 whatever ``dtype`` the caller asked for."""
+    import labelrl.evaluate.score as score_module
+
+    real = score_module.tail_logits
+    monkeypatch.setattr(score_module, "tail_logits", lambda model, seqs, pad, dtype, keep, device:
+                        real(model, seqs, pad, torch.bfloat16, keep, device))
+
+
+def _one_position_early(monkeypatch, reference):
+    """The labels' scores read from the logits one position early (those that predict ``>``)."""
+    import labelrl.evaluate.score as score_module
+
+    real = score_module.tail_logits
+    monkeypatch.setattr(score_module, "tail_logits", lambda model, seqs, pad, dtype, keep, device:
+                        real(model, seqs, pad, dtype, keep + 1, device)[:, :-1])
+
+
+def _without_answer_prefix(monkeypatch, reference):
+    """The prompts scored without the ``<answer>`` tokens the labels follow."""
+    import labelrl.evaluate.score as score_module
+
+    tokenizer = reference[1]
+    real, n = score_module._last_logprobs, len(tokenizer(ANSWER_PREFIX, add_special_tokens=False)["input_ids"])
+    monkeypatch.setattr(score_module, "_last_logprobs", lambda model, seqs, pad, dtype, fast=None:
+                        real(model, [s[:-n] for s in seqs], pad, dtype, fast))
+
+
+def _layer_26_skipped(monkeypatch, reference):
+    """Decoder layer 26 of 30 passes its input on unchanged: of the 30 layers, the one whose absence
+    moves these probabilities least (0.011; each of the others by 0.032 to 0.83, measured)."""
+    monkeypatch.setattr(reference[0].model.layers[26], "forward", lambda hidden_states, *args, **kwargs: hidden_states)
+
+
+@pytest.mark.slow
+@pytest.mark.numerics
+@pytest.mark.parametrize("plant", [_in_bf16, _layer_26_skipped, _one_position_early, _without_answer_prefix],
+                         ids=["bf16-for-fp32", "layer-26-skipped", "one-position-early", "without-answer-prefix"])
+def test_planted_smollm2_label_scoring_bugs_fail_the_comparison(smollm2_reference, plant, monkeypatch):
+    """The twins of the comparison above: each bug planted in the scored route only (the
+    reference's forwards are already taken), the same tolerance."""
+    with monkeypatch.context() as patch:
+        plant(patch, smollm2_reference)
+        got = smollm2_scores(smollm2_reference)
+    with pytest.raises(AssertionError, match="rounding bound"):
+        assert_smollm2_scores_match(smollm2_reference, got)
 
 
 def test_predict_scores_on_a_run_dir(tmp_path, tiny):

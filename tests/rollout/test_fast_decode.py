@@ -9,6 +9,7 @@ shorter than every sequence here)."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 import os
 import sys
 from pathlib import Path
@@ -21,9 +22,10 @@ import torch.nn.functional as F  # noqa: E402
 from transformers import LlamaConfig, LlamaForCausalLM  # noqa: E402
 
 from labelrl.models import load_model  # noqa: E402
-from labelrl.rollout import sample_groups  # noqa: E402
+from labelrl.rollout import fused, sample_groups  # noqa: E402
 from labelrl.rollout.fast_decode import FastLlamaDecoder, PackedLinear, fuse_llama, unsupported_reason  # noqa: E402
-from labelrl.rollout.sampler import HFStepper, _prefill, left_pad  # noqa: E402
+from labelrl.rollout.model_inputs import left_pad  # noqa: E402
+from labelrl.rollout.sampler import HFStepper, _prefill  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from numerics import assert_values_within, gamma, logit_bound, logprob_bound, product_bound  # noqa: E402
@@ -132,6 +134,9 @@ def assert_step_logits_match(model, prompts=PROMPTS):
         steps[i] = steps[i][: len(live)]
     fast = step_logits(model, prompts, 3, steps, keep, fast=True)
     slow = step_logits(model, prompts, 3, steps, keep, fast=False)
+    # The smallest plausible bug: one layer skipped in the fast path. On tiny_llama the logits then
+    # move by 5.8 (the last layer left out) or 9.5 (the first), against a bound of 0.0027 and a
+    # measured difference of 6e-6: test_planted_a_fast_decoder_that_skips_a_layer_fails_….
     bound = logit_bound(model, max(map(len, prompts)) + len(steps))
     for step, (a, b) in enumerate(zip(fast, slow)):
         assert_values_within(a, b, bound, f"step {step}")
@@ -208,13 +213,43 @@ def test_family_greedy_equals_hf_path_and_generate_with_rows_ending_apart(family
     assert_greedy_equals_generate(family)
 
 
+def skip_a_layer_in_the_fast_path(monkeypatch, layer: int) -> None:
+    """The planted bug: the packed weights without decoder layer ``layer`` wherever the sampler or
+    this module packs them (``fuse_llama``); the Hugging Face path keeps every layer."""
+    import labelrl.rollout.sampler as sampler_module
+
+    def skipped(*args, **kwargs):
+        weights = fused.fuse_llama(*args, **kwargs)
+        dropped = layer % len(weights.layers)
+        return dataclasses.replace(weights, layers=[w for i, w in enumerate(weights.layers) if i != dropped])
+
+    monkeypatch.setattr(sampler_module, "fuse_llama", skipped)
+    monkeypatch.setitem(globals(), "fuse_llama", skipped)  # step_logits above
+
+
+@pytest.mark.numerics
+def test_planted_a_fast_decoder_that_skips_a_layer_fails_greedy_equality_and_the_logit_bound(model, monkeypatch):
+    """The twins of the step-logit comparison and of greedy equality with ``generate``, one layer
+    of tiny_llama's two left out of the fast path: the last, whose absence shows least (the
+    logits move by 5.8, against 9.5 without the first; the bound allows 0.0027)."""
+    skip_a_layer_in_the_fast_path(monkeypatch, layer=-1)
+    with pytest.raises(AssertionError, match="rounding bound"):
+        assert_step_logits_match(model)
+    with pytest.raises(AssertionError, match="greedy tokens: the fast path's differ"):
+        assert_greedy_equals_generate(model)
+
+
 def assert_greedy_equals_generate(model):
+    """The sampler's fast path against its Hugging Face path and ``generate``: the same greedy
+    tokens (exact: no near-tie on these models), log-probs within their rounding bound. The
+    smallest plausible bug it must catch, a layer skipped in the fast path, changes the tokens
+    (on tiny_llama from the first one: test_planted_a_fast_decoder_that_skips_a_layer_fails_…)."""
     free = run(model, fast=True, eos_token_ids=None)
     # an EOS that prompt 0 emits mid-way and the others may not: rows end at different steps
     eos = free.completion_ids[0][4]
     fast, slow = run(model, fast=True, eos_token_ids=[eos]), run(model, fast=False, eos_token_ids=[eos])
     assert fast.timings["fast_decode"] == 1.0 and slow.timings["fast_decode"] == 0.0
-    assert fast.completion_ids == slow.completion_ids
+    assert fast.completion_ids == slow.completion_ids, "greedy tokens: the fast path's differ from the HF path's"
     assert len(set(fast.lengths)) > 1  # rows really finished at different times
     ids, mask, _ = left_pad(PROMPTS, 0)
     out = model.generate(ids.repeat_interleave(3, 0), attention_mask=mask.repeat_interleave(3, 0), do_sample=False,
@@ -222,7 +257,7 @@ def assert_greedy_equals_generate(model):
     expected = []
     for tokens in out[:, ids.shape[1]:].tolist():
         expected.append(tokens[: tokens.index(eos) + 1] if eos in tokens else tokens)
-    assert fast.completion_ids == expected
+    assert fast.completion_ids == expected, "greedy tokens: the fast path's differ from generate's"
     assert_same_logprobs(model, fast, slow, 12)
 
 
@@ -284,12 +319,36 @@ def test_lora_wrapped_model_decodes_like_its_merged_equivalent():
             assert (wrapped(input_ids=ids).logits - merged(input_ids=ids).logits).abs().max() > 0.1
     assert unsupported_reason(wrapped) is None
     for options in (dict(temperature=0.0), dict(temperature=1.0, seed=5)):
-        fast = run(wrapped, fast=True, eos_token_ids=[7], **options)
-        reference = run(merged, fast=False, eos_token_ids=[7], **options)
-        plain = run(wrapped, fast=False, eos_token_ids=[7], **options)
-        assert fast.timings["fast_decode"] == 1.0
-        assert fast.completion_ids == reference.completion_ids == plain.completion_ids
-        assert_same_logprobs(wrapped, fast, reference, 12)
+        fast = assert_decodes_like(wrapped, merged, **options)
+        assert fast.completion_ids == run(wrapped, fast=False, eos_token_ids=[7], **options).completion_ids
+
+
+def assert_decodes_like(wrapped, reference_model, **options):
+    """``wrapped`` on the fast path against ``reference_model`` on the Hugging Face path: the same
+    tokens, log-probs within their rounding bound. The smallest plausible bug it must catch: the
+    adapter left out of the fast path (the logits move by 8.5 on lora_model, the bound allows
+    0.0028): test_planted_a_fast_decoder_that_drops_the_adapter_fails_…."""
+    fast = run(wrapped, fast=True, eos_token_ids=[7], **options)
+    reference = run(reference_model, fast=False, eos_token_ids=[7], **options)
+    assert fast.timings["fast_decode"] == 1.0
+    assert fast.completion_ids == reference.completion_ids, "tokens: the fast path's differ from the reference's"
+    assert_same_logprobs(wrapped, fast, reference, 12)
+    return fast
+
+
+@pytest.mark.numerics
+def test_planted_a_fast_decoder_that_drops_the_adapter_fails_the_comparison_with_the_merged_model(monkeypatch):
+    wrapped = lora_model()
+    merged = copy.deepcopy(wrapped).merge_and_unload()
+    # the bug: neither the low-rank updates (a trained adapter) nor a folded one reach the packed weights
+    monkeypatch.setattr(fused, "low_rank", lambda modules: None)
+    monkeypatch.setattr(fused, "effective_weight", lambda module, fold_all=False: fused.frozen_weight(module))
+    fused.clear_fused_cache(wrapped)
+    for options in (dict(temperature=0.0), dict(temperature=1.0, seed=5)):
+        with pytest.raises(AssertionError, match="tokens: the fast path's differ from the reference's"):
+            assert_decodes_like(wrapped, merged, **options)
+    # what the bug decodes is the base model: the patch removed the adapter and nothing else
+    assert_decodes_like(wrapped, tiny_llama(seed=0), temperature=1.0, seed=5)
 
 
 @pytest.mark.numerics
@@ -421,23 +480,51 @@ def test_packed_linear_equals_f_linear_for_any_row_count():
             assert_values_within(linear.add_to(residual, x), residual + F.linear(x, weight), added, f"{rows} rows, added")
 
 
-@pytest.mark.slow
-@pytest.mark.numerics
-def test_smollm2_fast_decode_matches_hf_forward_and_generate():
-    from labelrl.models import load_model
-
+@pytest.fixture(scope="module")
+def smollm2():
+    """SmolLM2 and two prompts of different lengths (left padding)."""
     model, tokenizer = load_model("smollm2-135m-instruct")
     text = "Classify this message as spam or ham: WINNER!! You have been selected for a free cruise. Reply now."
     ids = tokenizer(text)["input_ids"]
-    prompts = [ids, ids[5:]]  # different lengths: left padding
+    return model, tokenizer, [ids, ids[5:]]
+
+
+def assert_smollm2_step_logits_match(model, prompts) -> None:
+    """Every step's logits [rows, 49152] of the fast path within the rounding bound of the HF path's.
+
+    The worst case (``logit_bound``: γ_K·L, K ≈ 1.75·10⁵ roundings over 30 layers, L = 601) allows
+    12.6 and passes SmolLM2 with any one of 21 of its 30 layers left out of the fast path (the
+    logits then move by 3.9, layer 14 left out, to 49, layer 29). The smallest plausible bug it
+    must catch is that one skipped layer. The probabilistic model (``probabilistic=True``:
+    γ̃_K = λ·√K·u, λ = 7, ``numerics.ROUNDING_LAMBDA``) allows 0.21: 18× under the least visible
+    skipped layer (test_planted_a_smollm2_fast_decoder_that_skips_any_one_layer_fails_the_logit_bound)
+    and 2,900× over the measured difference (7.1e-5 on AMX, 6.7e-5 on AVX2 kernels). Unlike the
+    worst case it is a model: it assumes the roundings are independent of one another."""
     steps = [torch.randint(100, 40000, (4,), generator=torch.Generator().manual_seed(s)) for s in range(4)]
     keep = [None, torch.tensor([0, 1, 3]), None, None]
     steps[1:] = [s[:3] for s in steps[1:]]
     fast = step_logits(model, prompts, 2, steps, keep, fast=True)
     slow = step_logits(model, prompts, 2, steps, keep, fast=False)
-    bound = logit_bound(model, max(map(len, prompts)) + len(steps))
+    bound = logit_bound(model, max(map(len, prompts)) + len(steps), probabilistic=True)
     for step, (a, b) in enumerate(zip(fast, slow)):
         assert_values_within(a, b, bound, f"step {step}")
+
+
+@pytest.mark.slow
+@pytest.mark.numerics
+def test_planted_a_smollm2_fast_decoder_that_skips_any_one_layer_fails_the_logit_bound(smollm2, monkeypatch):
+    model, _, prompts = smollm2
+    for layer in range(model.config.num_hidden_layers):
+        skip_a_layer_in_the_fast_path(monkeypatch, layer)
+        with pytest.raises(AssertionError, match="rounding bound"):
+            assert_smollm2_step_logits_match(model, prompts)
+
+
+@pytest.mark.slow
+@pytest.mark.numerics
+def test_smollm2_fast_decode_matches_hf_forward_and_generate(smollm2):
+    model, tokenizer, prompts = smollm2
+    assert_smollm2_step_logits_match(model, prompts)
     options = dict(group_size=2, max_new_tokens=12, eos_token_ids=[tokenizer.eos_token_id], pad_token_id=0)
     greedy = sample_groups(model, prompts, temperature=0.0, **options)
     assert greedy.timings["fast_decode"] == 1.0

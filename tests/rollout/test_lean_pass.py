@@ -3,8 +3,11 @@ as the module pass, on Llama (with a shared prefix), Qwen2 (q/k/v biases) and Qw
 norms); the same roundings in bf16; taken only where it computes what the modules compute.
 
 Two routes, other kernels: fp32 values and gradients are compared to the bounds of
-tests/numerics.py. The lean route runs no modules, so it records no gradient magnitudes; the
-module route's stand for both (the same exact quantity, to first order in u)."""
+tests/numerics.py; bf16 values to a bound measured at run time (``bf16_pass_bound``: the worst
+case is looser than the adapter's whole effect). Each comparison has a planted-bug twin
+(``test_planted_*``): the adapter dropped from the lean pass must fail it. The lean route runs
+no modules, so it records no gradient magnitudes; the module route's stand for both (the same
+exact quantity, to first order in u)."""
 
 from __future__ import annotations
 
@@ -75,9 +78,51 @@ def test_the_lean_pass_gives_the_module_pass_values_and_lora_gradients(name, mon
     with torch.no_grad():
         values, lean_mask = shared(model, pad=pad)
     assert torch.equal(mask, lean_mask)
+    # The smallest plausible bug this must catch: the adapter dropped inside the lean pass (its
+    # update moves these log-probs by 1.92, 0.40, 0.33 nats on llama, qwen2, qwen3 against worst-case
+    # bounds of 0.0031, 0.0068, 0.0067; measured differences ≤ 1.9e-6 on AMX and AVX2 kernels):
+    # test_planted_a_lean_pass_that_drops_the_adapter_fails_the_fp32_comparison.
     assert_values_within(values, expected, logprob_bound(model, PREFIXED_LONGEST))
     chain = gradient_chain_length(model, PREFIXED_LONGEST, len(COMPLETIONS) * PREFIXED_LONGEST)
     assert_gradients_within(lean[0], reference[0], gradient_bounds([reference[1], reference[1]], reference[0], chain))
+
+
+def drop_adapter_in_lean_pass(monkeypatch) -> None:
+    """The planted bug: every B factor zero inside the lean pass only (the model's own LoRA
+    modules, and so the module pass, keep theirs): the lean pass then computes the base model."""
+    real = lean_pass._projection
+
+    def without_update(group, dtype):
+        projection = real(group, dtype)
+        projection.b = torch.zeros_like(projection.b)
+        return projection
+
+    monkeypatch.setattr(lean_pass, "_projection", without_update)
+
+
+@pytest.mark.numerics
+@pytest.mark.parametrize("name", ["llama", "tiny-qwen2", "tiny-qwen3"])
+def test_planted_a_lean_pass_that_drops_the_adapter_fails_the_fp32_comparison(name, monkeypatch):
+    """The twin of the first test's value comparison: the same bound, a lean pass without the
+    adapter's update. Measured, fp32: it moves the log-probs by 1.92, 0.40, 0.33 nats (llama,
+    qwen2, qwen3) against bounds of 0.0031, 0.0068, 0.0067: 630×, 60×, 49× (asserted ≥ 10×)."""
+    model = lora(family(name))
+    pad = 0 if name == "llama" else 2
+    bound = logprob_bound(model, PREFIXED_LONGEST)
+    with torch.no_grad():
+        with module_pass():
+            expected, mask = shared(model, pad=pad)
+        with model.disable_adapter():  # the module pass of the base model alone
+            base_only, _ = shared(model, pad=pad)
+        assert float((expected - base_only)[mask].abs().max()) > 10 * bound  # the adapter's effect, far over the bound
+        drop_adapter_in_lean_pass(monkeypatch)
+        dropped, _ = shared(model, pad=pad)
+    # B kept in the model: the bug is the lean pass's alone
+    assert any(float(p.detach().abs().max()) > 0 for n, p in model.named_parameters() if ".lora_B." in n)
+    with pytest.raises(AssertionError, match="rounding bound"):
+        assert_values_within(dropped, expected, bound)
+    # what the bug computes is the base model's log-probs: the patch removed the adapter and nothing else
+    assert_values_within(dropped, base_only, bound, "log-probs without the adapter")
 
 
 @pytest.mark.numerics
@@ -96,16 +141,75 @@ def test_without_a_shared_prefix_the_ragged_prompts_give_the_module_pass_values(
     assert_values_within(values, expected, logprob_bound(model, PREFIXED_LONGEST))
 
 
+def bf16_pass_bound(model, module_bf16: torch.Tensor, module_fp32: torch.Tensor, mask: torch.Tensor) -> float:
+    """How far the lean pass's bf16 log-probs may be from the module pass's: a measured bound.
+
+    The worst case (``bf16_rounding_logprob_bound``: each of the 16 bf16 rounding sites of
+    tiny_llama moving every logit by u_bf16·L, coherently) allows 2.17 nats on tiny_llama, more
+    than the adapter's whole effect (1.92), so a lean pass that dropped the adapter would pass
+    it. A √n rounding model (Higham & Mary 2019, γ̃_n = λ·√n·u) does not rescue it: with n = 16
+    sites, λ√16 ≥ 16 for any λ ≥ 4 that gives a useful probability (2·exp(−λ²/2) ≤ 7e-4).
+
+    Instead: E (the exact log-probs) is within ``logprob_error`` of the module pass in fp32 M₃₂;
+    the module pass in bf16 M₁₆ is then within |M₁₆ − M₃₂| + ``logprob_error`` of E, and that
+    difference is measured here, on the CPU at hand (its worst token e_M: 0.0119, 0.0010,
+    0.0013 nats on llama, qwen2, qwen3, on AMX and on AVX2 kernels alike). The lean pass rounds
+    the same values at the same sites (``labelrl.models.precision``), so its own bf16 error is the
+    module pass's, but for the roundings that flip where the two routes' fp32 sums straddle a
+    bf16 step; that it is no larger than the module pass's worst token is the assumption (not
+    derived). The two routes then differ by at most 2·e_M + ``logprob_bound``: 0.027, 0.0088,
+    0.0093 nats. Measured |lean − module|: ≤ 8.9e-5 on AMX (bf16 products in hardware) and ≤
+    2.3e-3 on AVX2 kernels (llama; other blockings flip more roundings): 12× under the bound at
+    the closest. The smallest plausible bug this must catch, the adapter dropped in the lean pass
+    (1.92, 0.40, 0.33 nats), is 71×, 45×, 36× over it
+    (test_planted_a_lean_pass_that_drops_the_adapter_fails_the_bf16_comparison); bf16 and fp32
+    swapped (the lean pass ignoring ``dtype``) is caught by ``not torch.equal(values, exact)``."""
+    return logprob_bound(model, PREFIXED_LONGEST) + 2 * float((module_bf16 - module_fp32)[mask].abs().max())
+
+
+def bf16_module_pass(model, pad: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The module pass's bf16 log-probs, its fp32 log-probs and the mask."""
+    with torch.no_grad(), module_pass():
+        module_bf16, mask = shared(model, torch.bfloat16, pad)
+        module_fp32, _ = shared(model, torch.float32, pad)
+    return module_bf16, module_fp32, mask
+
+
 @pytest.mark.numerics
-def test_in_bf16_the_whole_pass_stays_within_the_rounding_of_the_module_pass():
-    model = lora(tiny_llama())
+@pytest.mark.parametrize("name", ["llama", "tiny-qwen2", "tiny-qwen3"])
+def test_in_bf16_the_whole_pass_stays_within_the_rounding_of_the_module_pass(name):
+    model = lora(family(name))
+    pad = 0 if name == "llama" else 2
+    expected, module_fp32, mask = bf16_module_pass(model, pad)
     with torch.no_grad():
-        with module_pass():
-            expected, _ = shared(model, torch.bfloat16)
-        values, _ = shared(model, torch.bfloat16)
-        exact, _ = shared(model, torch.float32)
-    assert_values_within(values, expected, bf16_rounding_logprob_bound(model, PREFIXED_LONGEST))
+        values, _ = shared(model, torch.bfloat16, pad)
+        exact, _ = shared(model, torch.float32, pad)
+    assert_values_within(values, expected, bf16_pass_bound(model, expected, module_fp32, mask))
     assert not torch.equal(values, exact)  # bf16 products really ran
+
+
+@pytest.mark.numerics
+@pytest.mark.parametrize("name", ["llama", "tiny-qwen2", "tiny-qwen3"])
+def test_planted_a_lean_pass_that_drops_the_adapter_fails_the_bf16_comparison(name, monkeypatch):
+    """The twin of the bf16 comparison above, the same bound (``bf16_pass_bound``) and a lean pass
+    without the adapter's update: 1.92, 0.40, 0.33 nats off (llama, qwen2, qwen3) against 0.027,
+    0.0088, 0.0093 allowed (asserted ≥ 10×). The worst-case bound this replaces
+    (``bf16_rounding_logprob_bound``: 2.17, 0.61, 0.55) passed it on all three."""
+    model = lora(family(name))
+    pad = 0 if name == "llama" else 2
+    expected, module_fp32, mask = bf16_module_pass(model, pad)
+    bound = bf16_pass_bound(model, expected, module_fp32, mask)
+    with torch.no_grad():
+        with module_pass(), model.disable_adapter():
+            base_only, _ = shared(model, torch.bfloat16, pad)
+        assert float((expected - base_only)[mask].abs().max()) > 10 * bound
+        # the bound it replaces could not tell the bug
+        assert float((expected - base_only)[mask].abs().max()) < bf16_rounding_logprob_bound(model, PREFIXED_LONGEST)
+        drop_adapter_in_lean_pass(monkeypatch)
+        dropped, _ = shared(model, torch.bfloat16, pad)
+    with pytest.raises(AssertionError, match="rounding bound"):
+        assert_values_within(dropped, expected, bound)
+    assert_values_within(dropped, base_only, bound, "bf16 log-probs without the adapter")  # the base model, as planted
 
 
 @pytest.mark.numerics
@@ -132,7 +236,9 @@ def test_in_bf16_a_fused_projection_rounds_its_base_product_and_adds_the_update_
                      (x.abs() @ m.lora_A["default"].weight.abs().t()) @ m.lora_B["default"].weight.abs().t()
                      * m.scaling["default"] for m in members], dim=-1))
         assert_values_within(got, expected, bound)
-        # an update far below a bf16 step of the base output survives: the sum is fp32
+        # an update far below a bf16 step of the base output survives: the sum is fp32. The smallest
+        # plausible bug here, the update added in bf16 (or to the rounded product), is the one the
+        # bound above cannot see (it moves y by under one bf16 step) and this check catches
         for m in members:
             m.lora_B["default"].weight.mul_(1e-6)
         small = lean_weights(model, torch.bfloat16).layers[0].qkv(x)
