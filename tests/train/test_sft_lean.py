@@ -233,10 +233,20 @@ def test_the_module_pass_is_kept_where_the_lean_pass_does_not_apply_and_said_why
 
 
 def test_run_sft_trains_through_the_lean_pass_with_lora_and_says_which_pass_ran(tmp_path, monkeypatch):
+    # Steps only: a step's batch holds batch_size items (the memory plan also prices the lean pass
+    # on the worst batch's 2 and 3 longest items: labelrl.train.sft.lean_sft_growth_bytes).
     calls = {"lean": 0, "module": 0}
     lean, module = sft_module.sft_loss_lean, sft_module.sft_loss
-    monkeypatch.setattr(sft_module, "sft_loss_lean", lambda *a, **k: calls.update(lean=calls["lean"] + 1) or lean(*a, **k))
-    monkeypatch.setattr(sft_module, "sft_loss", lambda *a, **k: calls.update(module=calls["module"] + 1) or module(*a, **k))
+
+    def counted(kind, real):
+        def call(model, batch, *a, **k):
+            size = len(batch) if isinstance(batch, list) else batch.input_ids.shape[0]
+            calls[kind] += kind == "module" or size == 4
+            return real(model, batch, *a, **k)
+        return call
+
+    monkeypatch.setattr(sft_module, "sft_loss_lean", counted("lean", lean))
+    monkeypatch.setattr(sft_module, "sft_loss", counted("module", module))
     common = dict(model="tiny-random", data="sms-spam", limit=120, max_steps=2, batch_size=4, eval_every=2,
                   eval_limit=8, quiet=True)
     summary = run_sft(SFTConfig(**common, lora=True, out=tmp_path / "lora"))
