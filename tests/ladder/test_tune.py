@@ -133,6 +133,34 @@ def test_every_value_trains_a_candidate_and_the_best_on_val_becomes_the_arm(tune
     assert st["val"]["balanced_accuracy"] == winner["val"]["balanced_accuracy"]
 
 
+@pytest.mark.parametrize("arm", ["sft", "noise"])
+def test_each_candidates_val_score_is_recomputed_from_its_predictions_and_the_argmax_wins(tuned, arm):
+    # The winner is not taken on the implementation's word: each candidate's val balanced accuracy is
+    # recomputed here from its val predictions file (an unparsed answer is wrong), by scikit-learn
+    # over the task's labels, and the chosen candidate must hold the highest (a tie: one of the tied).
+    import pyarrow.parquet as pq
+    from sklearn.metrics import recall_score
+
+    run_dir, _, state = tuned
+    tune = state["tasks"]["toy"]["arms"][arm]["tune"]
+    recomputed = []
+    for candidate in tune["candidates"]:
+        table = pq.read_table(run_dir / f"{candidate['dir']}-val.parquet").to_pydict()
+        truth = table["label"]
+        pred = [p if p is not None else "<unparsed>" for p in table["prediction"]]
+        # balanced accuracy = mean recall over the labels present in the truth
+        ba = float(recall_score(truth, pred, labels=sorted(set(truth)), average="macro", zero_division=0))
+        assert ba == pytest.approx(candidate["val"]["balanced_accuracy"], abs=1e-12), candidate["dir"]
+        recomputed.append(ba)
+    chosen = next(i for i, c in enumerate(tune["candidates"]) if c["values"] == tune["chosen"])
+    assert recomputed[chosen] == max(recomputed)
+    # the candidates are different models by construction (a rate that barely moves the weights
+    # against one that trains): their val predictions or scores differ
+    tables = [pq.read_table(run_dir / f"{c['dir']}-val.parquet").to_pydict() for c in tune["candidates"]]
+    assert any(a != b for a, b in zip(tables[0].get("score", tables[0]["prediction"]),
+                                      tables[1].get("score", tables[1]["prediction"])))
+
+
 def test_a_failed_candidate_is_recorded_and_left_out(tuned):
     run_dir, _, state = tuned
     st = state["tasks"]["toy"]["arms"]["sft_len"]
