@@ -103,18 +103,28 @@ def saved_by_pass(model, shape: PassShape, dtype: torch.dtype) -> int:
 def rl_pass_saved_bytes(model, shape: PassShape, dtype: torch.dtype) -> float:
     """What the pass of ``shape`` saves: measured at 2 and 3 prompts and extended by the line
     through them (module doc); measured whole below 3 prompts."""
+    return extended(lambda b: saved_by_pass(model, replace(shape, prompts=b), dtype), shape.prompts)
+
+
+def extended(saved_at, count: int) -> float:
+    """``saved_at(count)`` measured whole at up to ``PROBED_PROMPTS[0]``, else measured at both
+    probe sizes and extended by the line through them (module doc)."""
     low, high = PROBED_PROMPTS
-    if shape.prompts <= low:
-        return float(saved_by_pass(model, shape, dtype))
-    first, second = (saved_by_pass(model, replace(shape, prompts=b), dtype) for b in PROBED_PROMPTS)
-    return first + (shape.prompts - low) * (second - first) / (high - low)
+    if count <= low:
+        return float(saved_at(count))
+    first, second = saved_at(low), saved_at(high)
+    return first + (count - low) * (second - first) / (high - low)
 
 
-def rl_pass_growth_bytes(model, shape: PassShape, dtype: torch.dtype, device: torch.device) -> float:
-    """What the pass of ``shape`` adds to the process's peak: its saved bytes on a GPU (the
+def grown_by_heap(model, saved: float, device: torch.device) -> float:
+    """What a pass saving ``saved`` bytes adds to the process's peak: the bytes on a GPU (the
     caching allocator reuses blocks by size); on a CPU grown by the heap (module doc)."""
-    saved = rl_pass_saved_bytes(model, shape, dtype)
     if device.type != "cpu":
         return saved
     frozen = sum(p.numel() for p in model.parameters() if not p.requires_grad)
     return HEAP_GROWTH_RL * saved + FIXED_BYTES_PER_FROZEN_WEIGHT * frozen
+
+
+def rl_pass_growth_bytes(model, shape: PassShape, dtype: torch.dtype, device: torch.device) -> float:
+    """What the pass of ``shape`` adds to the process's peak (``grown_by_heap``)."""
+    return grown_by_heap(model, rl_pass_saved_bytes(model, shape, dtype), device)

@@ -323,7 +323,7 @@ def lean_sft_growth_bytes(run: SFTRun, batch: list[SFTItem], device) -> float:
     taking the longest first prices every later one as long as the third), on a CPU grown by
     the heap (``HEAP_GROWTH_RL``, plus a fixed part per frozen weight)."""
     from labelrl.train.memory import saved_bytes_of
-    from labelrl.train.memory_rl import FIXED_BYTES_PER_FROZEN_WEIGHT, HEAP_GROWTH_RL, PROBED_PROMPTS
+    from labelrl.train.memory_rl import extended, grown_by_heap
 
     longest = sorted(batch, key=lambda it: -len(it.input_ids))
     share = may_share_prefix(run)
@@ -331,16 +331,7 @@ def lean_sft_growth_bytes(run: SFTRun, batch: list[SFTItem], device) -> float:
     def saved(k: int) -> int:
         return saved_bytes_of(run.model, lambda: sft_loss_lean(run.model, longest[:k], run.pad, run.dtype, share))
 
-    low, high = PROBED_PROMPTS
-    if len(longest) <= low:
-        total = float(saved(len(longest)))
-    else:
-        first, second = saved(low), saved(high)
-        total = first + (len(longest) - low) * (second - first) / (high - low)
-    if device.type != "cpu":
-        return total
-    frozen = sum(p.numel() for p in run.model.parameters() if not p.requires_grad)
-    return HEAP_GROWTH_RL * total + FIXED_BYTES_PER_FROZEN_WEIGHT * frozen
+    return grown_by_heap(run.model, extended(saved, len(longest)), device)
 
 
 def _sft_loop(run: SFTRun) -> dict:
