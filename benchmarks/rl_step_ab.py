@@ -26,7 +26,7 @@ change and the other runs the default:
   (``precision.low_precision_group``);
 - ``small``: the last three undone together against the default;
 - ``blocks``: each adapter group's B factors as one block-diagonal product (its zero blocks
-  multiplied too) against equal blocks in one batched product (``fused.block_layout``), in the
+  multiplied too) against equal blocks in one batched product (``projection.block_layout``), in the
   sampler and the training pass;
 - ``script``: the decode step's layers as Python functions, each of their tensor operations a
   Python call, against the same functions compiled by TorchScript as one call
@@ -59,6 +59,7 @@ from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
 import labelrl.rollout.fused as fused  # noqa: E402
+import labelrl.rollout.projection as projection  # noqa: E402
 from labelrl import metrics_keys as K  # noqa: E402
 from labelrl.fileio import atomic_write_json  # noqa: E402
 from profile_step import module_pass, peft_adapter_forward  # noqa: E402  (benchmarks/profile_step.py)
@@ -67,14 +68,15 @@ from rl_step import rl_config  # noqa: E402  (benchmarks/rl_step.py)
 GROUP_SIZE = 4
 
 
-def _bf16_project(t: fused.ProjectionTensors, x: torch.Tensor, exact: torch.Tensor | None = None) -> torch.Tensor:
-    y = fused.base_product(t, x)
+def _bf16_project(t: projection.ProjectionTensors, x: torch.Tensor,
+                  exact: torch.Tensor | None = None) -> torch.Tensor:
+    y = projection.base_product(t, x)
     return y if t.a is None else torch.addmm(y, x @ t.a.t(), t.b_t)
 
 
-def _bf16_project_add(t: fused.ProjectionTensors, residual: torch.Tensor, x: torch.Tensor,
+def _bf16_project_add(t: projection.ProjectionTensors, residual: torch.Tensor, x: torch.Tensor,
                       exact: torch.Tensor | None = None) -> torch.Tensor:
-    out = fused.base_product_add(t, residual, x)
+    out = projection.base_product_add(t, residual, x)
     return out if t.a is None else out + (x @ t.a.t()) @ t.b_t
 
 
@@ -83,23 +85,24 @@ def bf16_update():
     """The adapter's update in bf16, in the sampler (its decode layers run as Python, where the
     functions replaced here are looked up) and in the training pass."""
     import labelrl.rollout.fast_decode as fast_decode
+    import labelrl.rollout.llama_layer as llama_layer
 
-    kept = (fused.project, fused.project_add, fast_decode.project, fast_decode.project_add, fused.low_rank,
-            fast_decode.SCRIPT_DECODE_LAYERS)
+    kept = (projection.project, projection.project_add, llama_layer.project, llama_layer.project_add, fast_decode.project,
+            fused.low_rank, fast_decode.SCRIPT_DECODE_LAYERS)
 
     def bf16_low_rank(modules):
-        update = kept[4](modules)
-        return None if update is None else fused.LowRank(a=update.a.bfloat16(), b_t=update.dense_t().bfloat16())
+        update = kept[5](modules)
+        return None if update is None else projection.LowRank(a=update.a.bfloat16(), b_t=update.dense_t().bfloat16())
 
-    fused.project = fast_decode.project = _bf16_project
-    fused.project_add = fast_decode.project_add = _bf16_project_add
+    projection.project = llama_layer.project = fast_decode.project = _bf16_project
+    projection.project_add = llama_layer.project_add = _bf16_project_add
     fused.low_rank, fast_decode.SCRIPT_DECODE_LAYERS = bf16_low_rank, False
     try:
         with peft_adapter_forward():  # the module pass, where peft's forward runs
             yield
     finally:
-        (fused.project, fused.project_add, fast_decode.project, fast_decode.project_add, fused.low_rank,
-         fast_decode.SCRIPT_DECODE_LAYERS) = kept
+        (projection.project, projection.project_add, llama_layer.project, llama_layer.project_add, fast_decode.project,
+         fused.low_rank, fast_decode.SCRIPT_DECODE_LAYERS) = kept
 
 
 @contextlib.contextmanager
@@ -241,7 +244,7 @@ def prompt_copied_per_row():
 @contextlib.contextmanager
 def block_diagonal_updates():
     """Every adapter group's B factors as one block-diagonal product, zero blocks included, in the
-    sampler and in the training pass (before ``fused.block_layout``)."""
+    sampler and in the training pass (before ``projection.block_layout``)."""
     import labelrl.rollout.lean_pass as lean_pass
 
     kept = fused.block_layout, lean_pass.block_layout

@@ -69,6 +69,7 @@ PRINTED_BY: dict[str, tuple[str, ...]] = {
     "evaluate/io.py:_positive": ("sweep",),
     "evaluate/ledger.py": ("eval",),
     "evaluate/predict.py": ("eval",),
+    "evaluate/setup.py": ("eval",),
     "evaluate/passk.py": ("eval",),
     "evaluate/paired.py": ("ladder", "demo"),
     "evaluate/route.py": ("route",),

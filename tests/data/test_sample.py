@@ -12,7 +12,7 @@ from labelrl.data.options import DataOptions
 from labelrl.data.prepare import LABEL_NOISE_FILE, SAMPLES_DIR, prepare_data
 from labelrl.data.sample import allocate, flip_labels, sample_examples
 from labelrl.data.split import load_or_make_splits, select
-from labelrl.evaluate.predict import load_eval_data
+from labelrl.evaluate.setup import load_eval_data
 from labelrl.types import Example
 
 GRADES = ["1", "2", "3", "4", "5"]

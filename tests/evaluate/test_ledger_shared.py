@@ -9,7 +9,7 @@ import pytest
 
 from labelrl.data.options import DataOptions
 from labelrl.evaluate.ledger import check_holdout, ledger_path, read_ledger, record_evaluation, shared_ledger_path
-from labelrl.evaluate.predict import load_eval_data
+from labelrl.evaluate.setup import load_eval_data
 
 METRICS = {"n": 10, "accuracy": 0.9, "balanced_accuracy": 0.85}
 

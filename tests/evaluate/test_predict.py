@@ -13,8 +13,9 @@ from labelrl.data.prompts import ANSWER_PREFIX, render_messages, render_prompt
 from labelrl.data.split import load_splits
 from labelrl.evaluate import predict as predict_module
 from labelrl.evaluate.ledger import read_ledger
-from labelrl.evaluate.predict import evaluate_split, predict, prepare, run_predictions
+from labelrl.evaluate.predict import evaluate_split, predict, run_predictions
 from labelrl.evaluate.score import label_token_ids, score_labels
+from labelrl.evaluate.setup import prepare
 from labelrl.rollout.sampler import RolloutBatch
 from labelrl.types import Example, LabelSpace
 

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from labelrl.report.analyses import four_cells, label_source, noise_seed_words, trained_on_original
-from labelrl.report.collect import ArmData, TaskData
+from labelrl.report.run_data import ArmData, TaskData
 
 
 def arm(name: str, type_: str, *, parent: str | None = None, preset: str | None = None, seed: int | None = 0,

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from labelrl.report.collect import TaskData
 from labelrl.report.conclusions import paired_table, verdict
 from labelrl.report.render import FigureSink
+from labelrl.report.run_data import TaskData
 from labelrl.report.verdict_tables import generation_table, stability_tables
 
 POINT = {"n": 10, "n_unparsed": 2, "labels": {

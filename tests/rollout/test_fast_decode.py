@@ -23,8 +23,9 @@ from transformers import LlamaConfig, LlamaForCausalLM  # noqa: E402
 
 from labelrl.models import load_model  # noqa: E402
 from labelrl.rollout import fused, sample_groups  # noqa: E402
-from labelrl.rollout.fast_decode import FastLlamaDecoder, PackedLinear, fuse_llama, unsupported_reason  # noqa: E402
+from labelrl.rollout.fast_decode import FastLlamaDecoder, fuse_llama, unsupported_reason  # noqa: E402
 from labelrl.rollout.model_inputs import left_pad  # noqa: E402
+from labelrl.rollout.projection import PackedLinear  # noqa: E402
 from labelrl.rollout.sampler import HFStepper, _prefill  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))

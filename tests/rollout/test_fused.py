@@ -15,7 +15,8 @@ from transformers import LlamaConfig, LlamaForCausalLM
 from labelrl.models.precision import compute
 from labelrl.rollout import sample_groups
 from labelrl.rollout.fast_decode import FastLlamaDecoder, clear_fused_cache, fuse_llama
-from labelrl.rollout.fused import _CACHE, _mkldnn_linear_available, base_model, kept_bytes
+from labelrl.rollout.fused import _CACHE, base_model, kept_bytes
+from labelrl.rollout.projection import _mkldnn_linear_available
 from labelrl.rollout.sampler import HFStepper, _prefill
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -259,7 +260,7 @@ def test_kept_bytes_is_zero_when_the_base_trains():
 
 
 def test_block_layout_cuts_equal_blocks_and_names_the_member_each_reads():
-    from labelrl.rollout.fused import block_layout
+    from labelrl.rollout.projection import block_layout
 
     assert block_layout([576, 192, 192], [16, 16, 16]) == (192, [0, 0, 0, 1, 2])  # SmolLM2's q/k/v
     assert block_layout([1536, 1536], [16, 16]) == (1536, [0, 1])  # gate/up
@@ -272,7 +273,7 @@ def test_the_sampler_runs_gate_up_as_blocks_and_q_k_v_block_diagonal_with_the_sa
     """gate/up (each member one block) is held as blocks, q/k/v (q twice as wide as k) as one
     block-diagonal Bᵀ. On integer-valued factors every sum is exact, so the blocked update
     equals the block-diagonal one (``dense_t``) bit for bit."""
-    from labelrl.rollout.fused import LowRank
+    from labelrl.rollout.projection import LowRank
 
     model = lora_model()
     with torch.no_grad():

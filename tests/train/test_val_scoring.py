@@ -8,7 +8,8 @@ import pytest
 import yaml
 
 from labelrl import metrics_keys as K
-from labelrl.evaluate.predict import predict, run_data_options
+from labelrl.evaluate.predict import predict
+from labelrl.evaluate.setup import run_data_options
 from labelrl.evaluate.val_path import val_point
 from labelrl.fileio import append_jsonl, read_jsonl
 from labelrl.ladder.arms import arm_config

@@ -115,7 +115,7 @@ def val_sample(data: RunData, limit: int | None) -> list[Example]:
     """The val items a run scores while it trains (SFT's checkpoint selection, RL's path on val):
     ``limit`` of them, a random sample stratified by label and seeded by the splits' seed
     (``labelrl.data.sample``), all when None. ``labelrl eval`` and the ladder draw their val sample
-    the same way (``labelrl.evaluate.predict.load_eval_data``), so with the same limit these are
+    the same way (``labelrl.evaluate.setup.load_eval_data``), so with the same limit these are
     the items the ladder's val evaluations score."""
     return sample_examples(data.val, limit, data.split_seed)
 

@@ -50,7 +50,7 @@ def summarise(correct_counts: list[int], labels: list[str], *, n: int, k: int, n
 def sample_pass_at_k(setup, *, k: int, n: int, max_new_tokens: int | None = None, seed: int = 0, batch_size: int = 8,
                      n_boot: int = 1000) -> dict:
     """Sample ``n`` answers per item of ``setup.data`` at temperature 1, parse them strictly, and
-    summarise pass@k (``setup`` from ``labelrl.evaluate.predict.prepare``)."""
+    summarise pass@k (``setup`` from ``labelrl.evaluate.setup.prepare``)."""
     from labelrl.evaluate.predict import _dtype, fit_to_context, generation_cap
     from labelrl.rewards import parse_answer
     from labelrl.rollout import BACKENDS

@@ -86,7 +86,7 @@ def beside(path: Path, suffix: str) -> Path:
 
 
 def evaluate_and_write(setup, cfg: EvalConfig) -> dict:
-    """Evaluate a prepared setup (``labelrl.evaluate.predict.prepare``) and write its files:
+    """Evaluate a prepared setup (``labelrl.evaluate.setup.prepare``) and write its files:
     the predictions, the reliability plot (scored models), ``cfg.json_path``. Returns
     ``{"metrics", "info", "ledger", "files"}`` (the JSON file's content)."""
     from labelrl.evaluate.io import write_predictions
@@ -115,7 +115,7 @@ def evaluate_and_write(setup, cfg: EvalConfig) -> dict:
 def run_eval(cfg: EvalConfig) -> dict:
     """Load the data and the model ``cfg`` names, then ``evaluate_and_write`` (or, with
     ``pass_at_k``, ``pass_at_k_and_write``); ValueError for bad input."""
-    from labelrl.evaluate.predict import prepare
+    from labelrl.evaluate.setup import prepare
 
     if cfg.pass_at_k is not None:
         refuse_pass_at_k_on_holdout(cfg.split)

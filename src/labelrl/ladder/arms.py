@@ -182,7 +182,7 @@ def evaluate_arm(task: TaskSpec, task_dir: Path, arm_name: str, mode: str, split
     arm's result, marked ``same_model_as``, instead of looking again; a look of this very arm
     whose report was never written (killed in between) is taken again and marked a repeat."""
     from labelrl.evaluate.ledger import earlier_looks
-    from labelrl.evaluate.predict import prepare
+    from labelrl.evaluate.setup import prepare
     from labelrl.evaluate.run import EvalConfig, evaluate_and_write
 
     tag = (f"ood-{ood}" if ood else split) + ("-generate" if method == "generate" and mode == "direct" else "")

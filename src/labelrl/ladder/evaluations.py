@@ -125,7 +125,7 @@ def pass_at_k(task: TaskSpec, task_dir: Path, arm_name: str, cap: int | None, pr
     """pass@k of the arm's sampled answers on the val sample (read back on a re-run)."""
     import json
 
-    from labelrl.evaluate.predict import prepare
+    from labelrl.evaluate.setup import prepare
     from labelrl.evaluate.run import EvalConfig, pass_at_k_and_write
 
     path = task_dir / "eval" / f"{arm_name}-val-pass.json"

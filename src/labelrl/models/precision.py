@@ -206,7 +206,7 @@ def fp32_adapter_sum(model: torch.nn.Module, dtype: torch.dtype) -> Iterator[Non
     drops peft's casts of the input to fp32 and back, its separate scaling product and three
     submodule calls, forward and backward: on SmolLM2 + LoRA r=16 the RL training pass ran
     1.10× faster (docs/performance.md). The update is then exact to fp32 rounding, as the
-    sampler's low-rank update is (``labelrl.rollout.fused``)."""
+    sampler's low-rank update is (``labelrl.rollout.projection``)."""
     import torch
 
     bases = _adapted_base_layers(model) if dtype != torch.float32 else []

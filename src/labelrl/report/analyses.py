@@ -21,8 +21,8 @@ from pathlib import Path
 
 from labelrl import metrics_keys as K
 from labelrl.report import figures as F
-from labelrl.report.collect import ArmData, TaskData
 from labelrl.report.render import Block, FigureSink, Para, TableBlock, fmt, fmt_ci
+from labelrl.report.run_data import ArmData, TaskData
 
 
 def recall_and_residue(task: TaskData, sink: FigureSink) -> list[Block]:

@@ -4,8 +4,8 @@
 
 from __future__ import annotations
 
-from labelrl.report.collect import ArmData, TaskData
 from labelrl.report.render import fmt, fmt_ci
+from labelrl.report.run_data import ArmData, TaskData
 
 
 def majority_rows(task: TaskData, cols: list[tuple[str, str]]) -> list[list[str]]:

@@ -12,11 +12,12 @@ from pathlib import Path
 from labelrl.fileio import atomic_write_text
 from labelrl.report import analyses as A
 from labelrl.report import conclusions as C
-from labelrl.report.collect import RunData, collect_run
+from labelrl.report.collect import collect_run
 from labelrl.report.comparison import comparison
 from labelrl.report.distillation import distillation
 from labelrl.report.render import Block, FigureSink, Heading, Items, Para, to_html, to_markdown
 from labelrl.report.roc_routing import roc
+from labelrl.report.run_data import RunData
 from labelrl.report.step_curves import advantages, curves, drift, lengths
 from labelrl.report.timing import time_per_phase
 

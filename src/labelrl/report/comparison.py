@@ -11,8 +11,8 @@ from labelrl.report import analyses as A
 from labelrl.report import baselines as B
 from labelrl.report import conclusions as C
 from labelrl.report import tuning as T
-from labelrl.report.collect import ArmData, TaskData
 from labelrl.report.render import Block, FigureSink, Items, Para, TableBlock, fmt, fmt_ci
+from labelrl.report.run_data import ArmData, TaskData
 
 
 def _metric_columns(task: TaskData) -> list[tuple[str, str]]:

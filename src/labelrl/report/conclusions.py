@@ -13,8 +13,8 @@ from collections import defaultdict
 
 from labelrl.report import figures as F
 from labelrl.report.analyses import noise_seed_words, noise_slope_lines
-from labelrl.report.collect import ArmData, RunData, TaskData
 from labelrl.report.render import Block, FigureSink, Items, Para, TableBlock, fmt, fmt_ci
+from labelrl.report.run_data import ArmData, RunData, TaskData
 from labelrl.report.verdict_tables import generation_table, stability_tables
 
 KIND_TEXT = {"vs_sft": "against its SFT parent", "vs_threshold": "against SFT + threshold chosen on val",

@@ -6,8 +6,8 @@ each distill arm's trace survival, overall, per label and per confidence band.
 from __future__ import annotations
 
 from labelrl.report import figures as F
-from labelrl.report.collect import TaskData
 from labelrl.report.render import Block, FigureSink, Para, TableBlock, fmt, fmt_ci
+from labelrl.report.run_data import TaskData
 
 
 def _survival_rows(summary: dict) -> list[list[str]]:

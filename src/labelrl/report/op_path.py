@@ -29,8 +29,8 @@ from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 from labelrl.evaluate.val_path import read_val_path, roc_point  # noqa: E402
 from labelrl.report import figures as F  # noqa: E402
-from labelrl.report.collect import TaskData  # noqa: E402
 from labelrl.report.render import Block, FigureSink, Para, TableBlock, fmt  # noqa: E402
+from labelrl.report.run_data import TaskData  # noqa: E402
 
 FPR_LABEL = "false positive rate (share of negatives answered positive, 0–1)"
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from labelrl.report import figures as F
 from labelrl.report import op_path as P
-from labelrl.report.collect import TaskData
 from labelrl.report.render import Block, FigureSink, Para, TableBlock, fmt, fmt_ci
+from labelrl.report.run_data import TaskData
 
 
 def _sweep_blocks(task: TaskData, s: dict, key: str, sink: FigureSink) -> list[Block]:

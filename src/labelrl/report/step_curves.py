@@ -14,8 +14,8 @@ from __future__ import annotations
 from labelrl import metrics_keys as K
 from labelrl.report import analyses as A
 from labelrl.report import figures as F
-from labelrl.report.collect import ArmData, TaskData
 from labelrl.report.render import Block, FigureSink, Para, TableBlock, fmt
+from labelrl.report.run_data import ArmData, TaskData
 
 
 def _has(records: list[dict], key: str) -> bool:

@@ -4,8 +4,8 @@ writes at the end of every invocation; arms finished earlier keep the times they
 
 from __future__ import annotations
 
-from labelrl.report.collect import RunData
 from labelrl.report.render import Block, FigureSink, TableBlock, minutes
+from labelrl.report.run_data import RunData
 
 
 def time_per_phase(run: RunData, sink: FigureSink) -> list[Block]:

@@ -9,8 +9,8 @@ from typing import Sequence
 from matplotlib.figure import Figure
 
 from labelrl.report import figures as F
-from labelrl.report.collect import ArmData, TaskData
 from labelrl.report.render import Block, FigureSink, Para, TableBlock, fmt, fmt_ci
+from labelrl.report.run_data import ArmData, TaskData
 
 LR = "learning_rate"
 

@@ -8,8 +8,8 @@ in ladder.json and ``analysis/verdict.json``) and ``analysis/stability.json``
 
 from __future__ import annotations
 
-from labelrl.report.collect import TaskData
 from labelrl.report.render import Block, TableBlock, fmt, fmt_ci
+from labelrl.report.run_data import TaskData
 
 
 def generation_table(task: TaskData) -> list[Block]:

@@ -9,10 +9,10 @@ Here, per layer:
 * q/k/v run as one product and gate/up as another (their frozen base weights concatenated);
 * each group's adapters run as one pair of products: the A factors stacked [R, in], then the
   B factors, scaled, cut into equal blocks that one batched product runs each against its own
-  member's columns of x·Aᵀ (``fused.block_layout``; members of different ranks: one
+  member's columns of x·Aᵀ (``projection.block_layout``; members of different ranks: one
   block-diagonal [out, R] product instead), so q/k/v's three adapters cost what one does;
 * the norms are ``F.rms_norm``, the rotary embedding one roll and one fused multiply-add
-  (``fast_decode._rope_qk``), attention ``scaled_dot_product_attention`` with grouped heads;
+  (``llama_layer._rope_qk``), attention ``scaled_dot_product_attention`` with grouped heads;
 * a completion shorter than its batch's longest runs over its own tokens: everything but
   attention sees only the tokens that predict a real one.
 
@@ -40,9 +40,11 @@ import torch.nn.functional as F
 from torch import nn
 
 from labelrl.models.precision import low_precision_group
-from labelrl.rollout.fast_decode import _norm, _rope_qk, attention_masks, real_tokens, rotary_tables, unsupported_reason
+from labelrl.rollout.fast_decode import unsupported_reason
+from labelrl.rollout.llama_layer import _norm, _rope_qk, attention_masks, real_tokens, rotary_tables
 from labelrl.rollout.token_logprobs import token_logprobs
-from labelrl.rollout.fused import LLAMA_PROJECTIONS, base_model, block_layout, frozen_bias, frozen_weight, is_gemma3
+from labelrl.rollout.fused import LLAMA_PROJECTIONS, base_model, frozen_bias, frozen_weight, is_gemma3
+from labelrl.rollout.projection import block_layout
 
 __all__ = ["lean_reason", "lean_weights", "lean_logprobs"]
 
@@ -57,7 +59,7 @@ class LeanProjection:
     whose outputs are concatenated (no fp32 copy of the model). ``a`` [R, in] (the A factors
     stacked) and ``b`` (the scaled B factors) are fp32, in the autograd graph; ``b`` is either
     [k, r, w], Bᵀ cut into k blocks of width w, block j reading the r columns of x·Aᵀ of member
-    ``reads[j]`` (``fused.block_layout``), or block-diagonal [out, R]."""
+    ``reads[j]`` (``projection.block_layout``), or block-diagonal [out, R]."""
 
     weights: list[torch.Tensor]
     bias: torch.Tensor | None  # Qwen2's q/k/v bias, in the compute dtype
@@ -107,7 +109,7 @@ class LeanWeights:
     n_kv_heads: int
     head_dim: int
     rotary: nn.Module
-    round_norm_after_weight: bool = False  # passed to fast_decode._rope_qk; Gemma's norms only
+    round_norm_after_weight: bool = False  # passed to llama_layer._rope_qk; Gemma's norms only
 
 
 def _lora_layer_reason(module: nn.Module, where: str, training: bool) -> str | None:
