@@ -20,3 +20,15 @@ def test_sft_step_prints_the_cpu_both_arms_and_ends_with_their_ratio():
     assert any(line.strip().startswith("module step") for line in lines)
     assert any(line.strip().startswith("lean   step") for line in lines)
     assert re.fullmatch(r"lean vs module: \d+\.\d\d×", lines[-1])
+
+
+def test_side_by_side_prints_the_cpu_both_arms_and_ends_with_their_ratio():
+    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "side_by_side.py"), "--model", "tiny-random",
+                          "--kind", "sft", "--steps", "2", "--runs", "1"], capture_output=True, text=True, timeout=600,
+                         cwd=ROOT)
+    assert out.returncode == 0, out.stderr[-3000:]
+    lines = out.stdout.strip().splitlines()
+    assert lines[0].startswith("CPU: ")
+    assert any(line.strip().startswith("one after another:") for line in lines)
+    assert any(line.strip().startswith("side by side:") for line in lines)
+    assert re.fullmatch(r"side by side vs one after another: \d+\.\d\d×", lines[-1])

@@ -24,7 +24,6 @@ from types import SimpleNamespace
 import pytest
 import torch
 import yaml
-from safetensors.torch import load_file
 
 from labelrl import metrics_keys as K
 from labelrl.fileio import read_jsonl
@@ -32,6 +31,9 @@ from labelrl.rollout import generate_groups, sample_groups
 from labelrl.rollout.log import read_rollouts
 from labelrl.train import rl_parts as parts
 from labelrl.train.distributed import process_share
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from run_files import saved_weights as _weights  # noqa: E402
 
 # fp32 throughout (precision="fp32" in every config): each process computes half the batch, and
 # bf16 matrix products of different shapes round differently, so only fp32 can agree to 1e-5.
@@ -77,14 +79,6 @@ def launch_two(tmp_path: Path, command: str, config: dict, out: Path, *extra: st
     result = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, result.stderr[-4000:]
     assert sorted(p.name for p in marks.iterdir()) == ["rank0_of_2", "rank1_of_2"]
-
-
-def _weights(run_dir: Path) -> dict[str, torch.Tensor]:
-    out = {}
-    for f in sorted((run_dir / "model").glob("*.safetensors")):
-        out.update(load_file(str(f)))
-    assert out, f"no saved weights in {run_dir / 'model'}"
-    return out
 
 
 def assert_same_weights(one: Path, two: Path) -> None:

@@ -11,7 +11,6 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 from pydantic import ValidationError
-from safetensors.torch import load_file
 
 from labelrl import metrics_keys as K
 from labelrl.advantages import compute_advantages
@@ -21,21 +20,13 @@ from labelrl.train import rl
 from labelrl.train.config import RLConfig
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from run_files import saved_weights as _weights  # noqa: E402
 from numerics import (  # noqa: E402
     assert_gradients_within, gamma, gradient_bounds, gradient_chain_length, gradient_magnitudes,
 )
 
 # Keys whose values depend on wall time or memory, not on the computation.
 TIMING_KEYS = {K.STEP_SECONDS, K.TOKENS_PER_S, K.PEAK_MEMORY_MB, K.SAMPLE_SECONDS, K.UPDATE_SECONDS, K.VAL_SECONDS}
-
-
-def _weights(run_dir):
-    files = sorted((run_dir / "model").glob("*.safetensors"))
-    assert files, f"no saved weights in {run_dir / 'model'}"
-    out = {}
-    for f in files:
-        out.update(load_file(str(f)))
-    return out
 
 
 def _deterministic(records):

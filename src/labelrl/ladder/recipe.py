@@ -70,6 +70,7 @@ class Recipe(BaseModel):
     model: str = "smollm2-135m-instruct"
     seed: int = 0
     precision: Literal["auto", "fp32", "bf16"] = Field("auto", description="Compute precision of every arm and evaluation (an arm may set its own).")
+    workers: int = Field(1, ge=1, description="Training runs side by side, each in its own process with cores/workers threads: tuning candidates, and replicate seeds once their parent is done (labelrl.ladder.side_by_side). 1: every run in the ladder's process. Each worker holds its own model and optimizer, so set it only where that many runs fit in memory.")
     defaults: dict[str, dict[str, Any]] = Field(default_factory=dict)
     fast: dict[str, Any] = Field(default_factory=dict, description="Overlay applied by --fast.")
     tasks: dict[str, TaskSpec]

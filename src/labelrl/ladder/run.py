@@ -30,7 +30,8 @@ from labelrl.ladder.recipe import Recipe, requires, run_order
 from labelrl.ladder.spec import TaskSpec
 from labelrl.ladder.phases import phase_times
 from labelrl.ladder.noise_slope import noise_slope_step
-from labelrl.ladder.tune import tune_or_follow
+from labelrl.ladder.side_by_side import Job, train_side_by_side
+from labelrl.ladder.tune import known_config, tune_or_follow
 from labelrl.ladder.tune_grid import arm_grid, finished_config_matches, moved_to_run
 
 STATE_FILE = "ladder.json"
@@ -54,6 +55,8 @@ class Ladder:
         self.state["run_dir"] = str(self.run_dir)
         self.state["task_order"] = list(recipe.tasks)  # the JSON is saved with sorted keys
         self._check_finished_arms_unchanged(made_in)
+        self.workers = recipe.workers
+        self.ahead: dict[Path, float] = {}  # run dir → its share of the wall time it trained side by side
 
     def save(self) -> None:
         atomic_write_json(self.run_dir / STATE_FILE, self.state)
@@ -99,13 +102,31 @@ class Ladder:
         run_seeds = sorted({cfg.seed for a, cfg in self.configs[task_name].items() if FAMILY[task.arms[a].type] in ("sft", "rl")})
         tstate.update(prepare_task(task, task_dir, self.recipe.seed, run_seeds=run_seeds), arm_order=run_order(task))
         self.save()
-        for arm_name in run_order(task):
+        order = run_order(task)
+        for i, arm_name in enumerate(order):
+            if self.workers > 1:
+                self._train_ahead(task_name, task, order[i:])
             self.run_arm(task_name, task, arm_name)
         started = time.monotonic()
         tstate["analysis"] = analyse_task(task, task_dir, tstate)
         tstate["seconds_analysis"] = time.monotonic() - started
         tstate["verdict"] = tstate["analysis"].get("verdict", [])
         self.save()
+
+    def _train_ahead(self, task_name: str, task: TaskSpec, upcoming: list[str]) -> None:
+        """Train side by side every upcoming SFT or RL run that can start now: its dependencies
+        done and its config known (``labelrl.ladder.side_by_side``); ``run_arm`` then finds it
+        trained. A run still to be tuned trains its candidates side by side in ``tune_arm``."""
+        arms, jobs = self.state["tasks"][task_name]["arms"], []
+        for name in upcoming:
+            if FAMILY[task.arms[name].type] not in ("sft", "rl") or arms.get(name, {}).get("status") == "done":
+                continue
+            if any(arms.get(dep, {}).get("status") != "done" for dep in requires(task, name)):
+                continue
+            cfg = known_config(task, name, self.configs[task_name][name], self.grids[task_name][name], arms)
+            if cfg is not None:
+                jobs.append(Job(name, task.arms[name].type, cfg, self.run_dir / task_name))
+        self.ahead.update(train_side_by_side(jobs, self.workers, self.console))
 
     def run_arm(self, task_name: str, task: TaskSpec, arm_name: str) -> None:
         arm = task.arms[arm_name]
@@ -129,7 +150,7 @@ class Ladder:
         self.console.rule(f"{task_name}/{arm_name} ({arm.type}{', from ' + arm.from_ if arm.from_ else ''})")
         st["status"] = "running"
         self.save()
-        start = time.monotonic()
+        start = time.monotonic() - self.ahead.get(Path(cfg.out), 0.0) if hasattr(cfg, "out") else time.monotonic()
         try:
             self._train_and_evaluate(task, self.run_dir / task_name, arm_name, arm.type, cfg, st)
             st["status"] = COLLAPSED if stops_on_collapse(task, st) else "done"
@@ -162,9 +183,10 @@ class Ladder:
         started = time.monotonic()
         cfg = self.configs[task_dir.name][arm_name] = tune_or_follow(  # a tuned arm becomes its grid's winner
             task, task_dir, arm_name, arm_type, cfg, self.grids[task_dir.name][arm_name], self.configs[task_dir.name],
-            self.state["tasks"][task_dir.name]["arms"], self.save, self.console)
+            self.state["tasks"][task_dir.name]["arms"], self.save, self.console, self.recipe.workers)
         st["config"] = cfg.model_dump(mode="json")
         train_arm(arm_type, cfg, task_dir, self.console)
+        started -= self.ahead.pop(Path(cfg.out), 0.0)  # its share of the time it trained side by side, ahead
         if FAMILY[arm_type] == "distill":
             summary = json.loads((task_dir / arm_name / "traces.summary.json").read_text(encoding="utf-8"))
             st["survival"] = summary["overall"]

@@ -41,6 +41,7 @@ from rich.console import Console
 from labelrl.fileio import atomic_write_json, atomic_write_text
 from labelrl.ladder.arms import LadderStopped, train_arm
 from labelrl.ladder.layout import eval_paths
+from labelrl.ladder.side_by_side import Job, train_side_by_side
 from labelrl.ladder.spec import TaskSpec
 from labelrl.ladder.tune_grid import Grid, with_values
 
@@ -122,7 +123,7 @@ def tie_text(records: list[dict], found: dict | None) -> str | None:
 
 def evaluate_candidate(task: TaskSpec, task_dir: Path, run: Path, mode: str, cap: int | None, precision: str) -> dict:
     """The candidate's val evaluation (module docstring), read back when it was written before."""
-    from labelrl.evaluate.predict import prepare
+    from labelrl.evaluate.setup import prepare
     from labelrl.evaluate.run import EvalConfig, evaluate_and_write
 
     predictions, report = run.parent / f"{run.name}-val.parquet", run.parent / f"{run.name}-val.json"
@@ -189,7 +190,7 @@ def adopt_winner(task_dir: Path, arm_name: str, winner: Path) -> None:
 
 
 def tune_arm(task: TaskSpec, task_dir: Path, arm_name: str, arm_type: str, cfg: BaseModel, grid: Grid, configs: dict,
-             st: dict, save, console: Console) -> BaseModel:
+             st: dict, save, console: Console, workers: int = 1) -> BaseModel:
     """Train and score every candidate of ``grid``, select on val, adopt the winner (module
     docstring); records ``st["tune"]`` and returns the arm's config with the chosen values."""
     arm_dir = task_dir / arm_name
@@ -209,9 +210,12 @@ def tune_arm(task: TaskSpec, task_dir: Path, arm_name: str, arm_type: str, cfg: 
     st["tune"] = {"grid": grid.grid, "set_in": grid.where, "metric": f"val {SELECT_METRIC}", "ties": TIE_BREAK,
                   "candidates": records}
     names = candidate_names(grid.candidates)
-    for values, name in zip(grid.candidates, names):
-        records.append(_run_candidate(task, task_dir, arm_type, with_values(cfg, values, out=arm_dir / TUNE_DIR / name),
-                                      values, configs, console))
+    candidates = [with_values(cfg, values, out=arm_dir / TUNE_DIR / name) for values, name in zip(grid.candidates, names)]
+    if workers > 1:  # every candidate's training first, side by side; then each is scored here, in order
+        train_side_by_side([Job(f"{arm_name}: {values_text(v)}", arm_type, c, task_dir)
+                            for v, c in zip(grid.candidates, candidates)], workers, console)
+    for values, candidate in zip(grid.candidates, candidates):
+        records.append(_run_candidate(task, task_dir, arm_type, candidate, values, configs, console))
         val = records[-1]["val"]
         console.print(f"{arm_name}: {values_text(values)}: " + (f"val balanced accuracy {val[SELECT_METRIC]:.3f}" if val
                                                                   else f"failed ({records[-1]['error']})"))
@@ -230,13 +234,13 @@ def tune_arm(task: TaskSpec, task_dir: Path, arm_name: str, arm_type: str, cfg: 
 
 
 def tune_or_follow(task: TaskSpec, task_dir: Path, arm_name: str, arm_type: str, cfg: BaseModel, grid: Grid | None,
-                   configs: dict, arms_state: dict, save, console: Console) -> BaseModel:
+                   configs: dict, arms_state: dict, save, console: Console, workers: int = 1) -> BaseModel:
     """The config the run trains with: ``cfg`` itself (no grid), its grid's winner (``tune_arm``),
     or, for a replicate run ``tuned_by`` its first seed's run, the values that run chose."""
     st = arms_state[arm_name]
     tuned_by = task.arms[arm_name].tuned_by
     if tuned_by is not None:
-        chosen = ((arms_state.get(tuned_by) or {}).get("tune") or {}).get("chosen")
+        chosen = chosen_by(arms_state, tuned_by)
         if chosen is None:
             raise ValueError(f"{arm_name}: trains with the values {tuned_by!r} chooses on val, and {tuned_by!r} has not "
                              "chosen; re-run the ladder once it has finished")
@@ -247,7 +251,23 @@ def tune_or_follow(task: TaskSpec, task_dir: Path, arm_name: str, arm_type: str,
             raise ValueError(f"{arm_name}: tuned earlier in {task_dir / arm_name}, and its recipe now sets no grid; restore "
                              "its tune, or use a new run directory")
         return cfg
-    return tune_arm(task, task_dir, arm_name, arm_type, cfg, grid, configs, st, save, console)
+    return tune_arm(task, task_dir, arm_name, arm_type, cfg, grid, configs, st, save, console, workers)
+
+
+def chosen_by(arms_state: dict, tuned_by: str) -> dict | None:
+    """The values the run ``tuned_by`` chose on val, or None while it has not chosen."""
+    return ((arms_state.get(tuned_by) or {}).get("tune") or {}).get("chosen")
+
+
+def known_config(task: TaskSpec, arm_name: str, cfg: BaseModel, grid: Grid | None, arms_state: dict) -> BaseModel | None:
+    """The config the run will train with, when it is known without training anything
+    (``tune_or_follow`` without side effects): ``cfg`` itself, or a replicate's followed values;
+    None for a run still to be tuned or whose tuning run has not chosen."""
+    tuned_by = task.arms[arm_name].tuned_by
+    if tuned_by is not None:
+        chosen = chosen_by(arms_state, tuned_by)
+        return None if chosen is None else with_values(cfg, chosen)
+    return cfg if grid is None else None
 
 
 def tune_note(arm: dict) -> str | None:

@@ -85,6 +85,7 @@ class RLConfig(DataOptions, ModelOptions):
     max_new_tokens: int = Field(32, ge=1, description="Token cap per completion.")
     max_prompt_length: int = Field(512, ge=16, description="Longest prompt in tokens (TRL's max_prompt_length): a longer prompt's text is cut to fit, left out or refused by --on-long-item, as sft fits its items into --max-length, so SFT and RL train on the same texts and a step's memory stays bounded. The model's context minus --max-new-tokens bounds it too.")
     steps: int = Field(20, ge=1, description="Optimizer steps.")
+    prompt_sampling: Literal["uniform", "balanced"] = Field("uniform", description="Order of the training prompts: uniform (every item once per epoch, seeded shuffle) or balanced (every label equally often: one item of each label in every run of K prompts). Balanced makes the expected reward the balanced accuracy rather than the accuracy, which answering the majority label wins on skewed labels (docs/algorithms.md, Prompt sampling).")
     temperature: float = Field(1.0, gt=0, description="Sampling temperature.")
     top_p: float = Field(1.0, gt=0, le=1, description="Nucleus sampling mass.")
     top_k: int = Field(0, ge=0, description="Sample from the k most likely tokens (0: no limit).")

@@ -62,6 +62,7 @@ from labelrl.train.distributed import (
     start_trackers,
 )
 from labelrl.train.setup import (
+    balanced_indices,
     init_run_dir,
     make_optimizer,
     ordered_indices,
@@ -195,7 +196,10 @@ def sample_groups_for_step(run: RLRun) -> parts.StepBatch:
     dynamic = run.algo.dynamic_sampling
     rounds = cfg.max_sampling_rounds if dynamic else 1
     for round_index in range(rounds):
-        idx = ordered_indices(len(run.train_prompts), run.cursor, cfg.prompts_per_step, cfg.seed)
+        if cfg.prompt_sampling == "balanced":
+            idx = balanced_indices([ex.label for ex in run.data.train], run.cursor, cfg.prompts_per_step, cfg.seed)
+        else:
+            idx = ordered_indices(len(run.train_prompts), run.cursor, cfg.prompts_per_step, cfg.seed)
         run.cursor += cfg.prompts_per_step
         positions = list(range(cfg.prompts_per_step))[run.share]
         mine = [idx[p] for p in positions]

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import random
 import shutil
+from collections.abc import Sequence
 from pathlib import Path
 
 import torch
@@ -119,4 +120,28 @@ def ordered_indices(n: int, start: int, count: int, seed: int) -> list[int]:
             random.Random(seed * 1_000_003 + epoch).shuffle(order)
             cached_epoch = epoch
         out.append(order[offset])
+    return out
+
+
+def balanced_indices(labels: Sequence[str], start: int, count: int, seed: int) -> list[int]:
+    """Positions ``start … start+count−1`` of an endless label-balanced stream: each run of K
+    consecutive positions (K labels) holds one item of every label, the labels' order within the
+    run shuffled, and each label's items drawn from their own ``ordered_indices`` stream (a
+    minority label's items come round again sooner).
+
+    Drawing prompts this way weighs every label equally, so the expected 0/1 reward is the mean
+    of the per-label recalls, the balanced accuracy, where a uniform draw's expected reward is
+    plain accuracy, which answering the majority label wins on skewed data. A pure function of
+    (seed, position), like ``ordered_indices``.
+    """
+    keys = sorted(set(labels))
+    members = {k: [i for i, lab in enumerate(labels) if lab == k] for k in keys}
+    out = []
+    for pos in range(start, start + count):
+        turn, slot = divmod(pos, len(keys))
+        order = list(keys)
+        random.Random(seed * 1_000_003 + 7919 * turn + 1).shuffle(order)
+        label = order[slot]
+        label_seed = seed * 1_000_003 + 104_729 * (keys.index(label) + 1)
+        out.append(members[label][ordered_indices(len(members[label]), turn, 1, label_seed)[0]])
     return out

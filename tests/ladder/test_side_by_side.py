@@ -1,0 +1,103 @@
+"""Training runs side by side (``labelrl.ladder.side_by_side``): a ladder with ``workers: 2``
+trains its tuning candidates and replicate seeds in worker processes, and every model equals the
+one a ladder training each run in its own process, at the same thread count, produces."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from rich.console import Console
+
+from labelrl.ladder import side_by_side
+from labelrl.ladder.recipe import Recipe
+from labelrl.ladder.run import Ladder
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from run_files import saved_weights as _weights  # noqa: E402
+
+WORDS = ["grape", "mango", "apple", "chair", "table", "stone"]
+
+
+def _recipe(data: Path, workers: int) -> Recipe:
+    return Recipe.model_validate({
+        "version": 1, "name": "side-by-side", "model": "tiny-random", "workers": workers,
+        "defaults": {
+            "sft": {"lora": False, "max_steps": 2, "batch_size": 4, "eval_every": 2, "eval_limit": 8, "quiet": True,
+                    "tune": {"learning_rate": [1e-3, 3e-3]}},
+            "rl": {"lora": False, "learning_rate": 1e-3, "steps": 2, "group_size": 2, "prompts_per_step": 2,
+                   "max_new_tokens": 8, "checkpoint_every": 2, "eval_limit": 8, "quiet": True},
+        },
+        "tasks": {"toy": {"data": str(data), "limit": 16, "eval_limit": 12, "holdout_limit": 12, "n_boot": 50,
+                          "seeds": [0, 1],
+                          "arms": {"sft": {"type": "sft"}, "grpo": {"type": "rl", "from": "sft", "preset": "grpo"}}}},
+    })
+
+
+@pytest.fixture
+def toy(tmp_path) -> Path:
+    data = tmp_path / "toy.jsonl"
+    rows = [{"id": f"t{i}", "text": f"item {i}: {WORDS[i % 6]}", "label": "yes" if i % 6 < 3 else "no"} for i in range(72)]
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return data
+
+
+RUNS = ["sft@s0/tune/learning_rate=0.001", "sft@s0/tune/learning_rate=0.003", "sft@s1", "grpo@s0", "grpo@s1"]
+
+
+def test_side_by_side_trains_in_workers_and_changes_no_model(toy, tmp_path, monkeypatch):
+    monkeypatch.setattr(side_by_side, "cores", lambda: 2)  # one thread a worker on any machine
+    console = Console(record=True, width=300)
+    state = Ladder(_recipe(toy, workers=2), tmp_path / "two", console).run()
+    printed = console.export_text()
+    arms = state["tasks"]["toy"]["arms"]
+    assert {n: a["status"] for n, a in arms.items()} == {"sft@s0": "done", "sft@s1": "done", "grpo@s0": "done", "grpo@s1": "done"}
+    task = tmp_path / "two" / "toy"
+    for run in RUNS:  # each trained by a worker, whose console output is kept beside the run
+        assert side_by_side.log_path(task / run).is_file(), run
+    assert "training side by side (2 processes × 1 thread): sft@s0: learning_rate=0.001, sft@s0: learning_rate=0.003" in printed
+    # sft@s1 follows sft@s0's choice, grpo@s0 starts from sft@s0: both can start once it is done
+    assert "training side by side (2 processes × 1 thread): sft@s1, grpo@s0" in printed
+    assert "training side by side (1 process × 1 thread): grpo@s1" in printed
+    assert "trained in the ladder's process instead" not in printed
+    assert all(arms[n]["seconds_train"] > 0 for n in arms)  # a run trained ahead keeps its share of the time
+
+    # The same ladder, one run after another in this process, at the workers' thread count.
+    threads = torch.get_num_threads()
+    torch.set_num_threads(side_by_side.threads_per_worker(2))
+    try:
+        Ladder(_recipe(toy, workers=1), tmp_path / "one", Console(quiet=True)).run()
+    finally:
+        torch.set_num_threads(threads)
+    for run in RUNS:
+        a, b = _weights(task / run), _weights(tmp_path / "one" / "toy" / run)
+        assert a.keys() == b.keys()
+        for name in a:
+            assert torch.equal(a[name], b[name]), (run, name)
+        assert not side_by_side.log_path(tmp_path / "one" / "toy" / run).exists()
+    # and the runs did train: the tuned candidates differ from each other
+    first, second = _weights(task / RUNS[0]), _weights(task / RUNS[1])
+    assert any(not torch.equal(first[n], second[n]) for n in first)
+
+
+def test_a_failed_worker_leaves_its_run_to_the_ladder(toy, tmp_path, monkeypatch):
+    real = side_by_side._spawn
+
+    def broken_for_replicates(job, threads, spec_dir):
+        if job.name not in ("sft@s1", "grpo@s1"):
+            return real(job, threads, spec_dir)
+        import subprocess
+        import sys
+
+        return subprocess.Popen([sys.executable, "-c", "raise SystemExit(3)"])
+
+    monkeypatch.setattr(side_by_side, "_spawn", broken_for_replicates)
+    console = Console(record=True, width=300)
+    state = Ladder(_recipe(toy, workers=2), tmp_path / "run", console).run()
+    printed = console.export_text()
+    assert "sft@s1: its worker ended with exit code 3" in printed and "trained in the ladder's process instead" in printed
+    assert all(a["status"] == "done" for a in state["tasks"]["toy"]["arms"].values())
+    assert (tmp_path / "run" / "toy" / "sft@s1" / "sft_summary.json").is_file()
