@@ -84,20 +84,75 @@ def test_side_by_side_trains_in_workers_and_changes_no_model(toy, tmp_path, monk
 
 
 def test_a_failed_worker_leaves_its_run_to_the_ladder(toy, tmp_path, monkeypatch):
-    real = side_by_side._spawn
+    from concurrent.futures import Future
 
-    def broken_for_replicates(job, threads, spec_dir):
+    real = side_by_side._submit
+
+    def failing_for_replicates(pool, job):
         if job.name not in ("sft@s1", "grpo@s1"):
-            return real(job, threads, spec_dir)
-        import subprocess
-        import sys
+            return real(pool, job)
+        failed = Future()
+        failed.set_exception(RuntimeError("planted failure"))
+        return failed
 
-        return subprocess.Popen([sys.executable, "-c", "raise SystemExit(3)"])
-
-    monkeypatch.setattr(side_by_side, "_spawn", broken_for_replicates)
+    monkeypatch.setattr(side_by_side, "_submit", failing_for_replicates)
     console = Console(record=True, width=300)
     state = Ladder(_recipe(toy, workers=2), tmp_path / "run", console).run()
     printed = console.export_text()
-    assert "sft@s1: its worker ended with exit code 3" in printed and "trained in the ladder's process instead" in printed
+    assert "sft@s1: its worker failed (RuntimeError: planted failure" in printed
+    assert "trained in the ladder's process instead" in printed
     assert all(a["status"] == "done" for a in state["tasks"]["toy"]["arms"].values())
     assert (tmp_path / "run" / "toy" / "sft@s1" / "sft_summary.json").is_file()
+
+
+def test_a_worker_error_is_in_its_log_and_the_workers_stop_with_the_ladder(toy, tmp_path):
+    # a config the command refuses: the worker writes the traceback to the run's log and the
+    # ladder, training it itself, fails that arm with the same error
+    recipe = _recipe(toy, workers=2)
+    recipe.defaults["rl"]["max_new_tokens"] = 100_000  # past tiny-random's context: refused when the run starts
+    console = Console(record=True, width=300)
+    state = Ladder(recipe, tmp_path / "run", console).run()
+    printed = console.export_text()
+    arms = state["tasks"]["toy"]["arms"]
+    assert arms["sft@s0"]["status"] == "done" and arms["grpo@s0"]["status"] == "failed"
+    assert "--max-new-tokens 100000" in arms["grpo@s0"]["error"]
+    log = side_by_side.log_path(tmp_path / "run" / "toy" / "grpo@s0").read_text()
+    assert "Traceback" in log and "--max-new-tokens 100000" in log
+    assert "its worker failed" in printed
+    assert not side_by_side._POOLS  # the ladder stopped its workers when it ended
+
+
+def test_an_interrupted_batch_stops_its_workers_without_waiting_for_their_runs(toy, tmp_path, monkeypatch):
+    import time
+
+    from labelrl.ladder.run import prepare_task
+    from labelrl.ladder.tune_grid import with_values
+
+    recipe = _recipe(toy, workers=2)
+    ladder = Ladder(recipe, tmp_path / "run", Console(quiet=True))
+    task_dir = tmp_path / "run" / "toy"
+    prepare_task(recipe.tasks["toy"], task_dir, 0, run_seeds=[0])
+    cfg = ladder.configs["toy"]["sft@s0"]
+    jobs = [side_by_side.Job(f"long {i}", "sft", with_values(cfg, {"max_steps": 100_000, "eval_every": 100_000},
+                                                             out=tmp_path / f"long{i}"), task_dir) for i in range(2)]
+    seen = []
+
+    def interrupt_once_both_train(futures, *args, **kwargs):  # as_completed, interrupted mid-run
+        logs = [side_by_side.log_path(j.out) for j in jobs]
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not all(p.is_file() and "sft step" in p.read_text() for p in logs):
+            time.sleep(0.2)
+        seen.append([p.is_file() and "sft step" in p.read_text() for p in logs])
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(side_by_side, "as_completed", interrupt_once_both_train)
+    with pytest.raises(KeyboardInterrupt):
+        side_by_side.train_side_by_side(jobs, 2, Console(quiet=True))
+    stopped = time.monotonic()
+    assert seen == [[True, True]]  # both were training when the ladder stopped
+    assert not side_by_side._POOLS
+    # neither run goes on: 100,000 steps would keep writing for hours
+    sizes = [side_by_side.log_path(j.out).stat().st_size for j in jobs]
+    time.sleep(2.0)
+    assert [side_by_side.log_path(j.out).stat().st_size for j in jobs] == sizes
+    assert time.monotonic() - stopped < 60

@@ -64,12 +64,13 @@ def _free_port() -> int:
         return probe.getsockname()[1]
 
 
-def launch_two(tmp_path: Path, command: str, config: dict, out: Path, *extra: str) -> None:
-    """``accelerate launch`` 2 processes of ``labelrl COMMAND --config … --out OUT``; both must start."""
+def launch_two(tmp_path: Path, command: str, config: dict, out: Path, *extra: str, wrapper_text: str = WRAPPER) -> Path:
+    """``accelerate launch`` 2 processes of ``labelrl COMMAND --config … --out OUT``; both must
+    start. Returns the directory where each process left its marks."""
     config_file = tmp_path / f"{out.name}_{command}.yaml"
     config_file.write_text(yaml.safe_dump(config))
-    wrapper = tmp_path / "labelrl_wrapper.py"
-    wrapper.write_text(WRAPPER)
+    wrapper = tmp_path / f"labelrl_wrapper_{out.name}.py"
+    wrapper.write_text(wrapper_text)
     marks = tmp_path / f"marks_{out.name}_{len(list(tmp_path.glob('marks_*')))}"
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": "1"}
     cmd = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
@@ -78,7 +79,8 @@ def launch_two(tmp_path: Path, command: str, config: dict, out: Path, *extra: st
            command, "--config", str(config_file), "--out", str(out), *extra]
     result = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, result.stderr[-4000:]
-    assert sorted(p.name for p in marks.iterdir()) == ["rank0_of_2", "rank1_of_2"]
+    assert sorted(p.name for p in marks.iterdir() if p.name.startswith("rank")) == ["rank0_of_2", "rank1_of_2"]
+    return marks
 
 
 def assert_same_weights(one: Path, two: Path) -> None:
@@ -272,6 +274,37 @@ def test_sft_on_two_processes_equals_one_process(toy_data, tmp_path, weights_cha
 
 
 # --- the teardown at its real call sites ---------------------------------------------------
+
+# The launched processes' end_training, spied on: what each process hands it (its type: under
+# two processes the DDP wrapper, which one process cannot tell from the bare model) and whether
+# the wrapper still holds its reducer when the call returns.
+SPY_WRAPPER = WRAPPER.replace("from labelrl.cli.main import app", """import json
+import labelrl.train.rl as rl_module
+import labelrl.train.sft as sft_module
+real = rl_module.end_training
+def spy(accelerator, model=None):
+    seen = {"type": type(model).__name__, "held_before": hasattr(model, "reducer")}
+    real(accelerator, model)
+    seen["held_after"] = hasattr(model, "reducer") or hasattr(model, "logger")
+    (marks / f"end_training_{os.environ.get('RANK')}.json").write_text(json.dumps(seen))
+rl_module.end_training = sft_module.end_training = spy
+from labelrl.cli.main import app""")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("command", ["rl", "sft"])
+def test_two_processes_end_through_end_training_with_the_ddp_wrapper(command, toy_data, tmp_path):
+    # The hang the release guards against happened only with two processes: there each trainer
+    # must hand end_training the DDP wrapper, holding its reducer, and get it back without one.
+    config = _rl_config(toy_data, steps=1) if command == "rl" else dict(
+        model="tiny-random", data=str(toy_data), lora=False, batch_size=4, max_steps=1, eval_every=1, eval_limit=8,
+        learning_rate=3e-3, quiet=True, precision="fp32")
+    marks = launch_two(tmp_path, command, config, tmp_path / command, wrapper_text=SPY_WRAPPER)
+    import json
+
+    seen = {p.name: json.loads(p.read_text()) for p in sorted(marks.glob("end_training_*.json"))}
+    expected = {"type": "DistributedDataParallel", "held_before": True, "held_after": False}
+    assert seen == {"end_training_0.json": expected, "end_training_1.json": expected}
 
 
 def test_sft_and_rl_end_through_end_training_with_the_model_they_trained(monkeypatch, toy_data, tmp_path):

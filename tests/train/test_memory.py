@@ -156,18 +156,19 @@ def test_rl_with_checkpointing_makes_the_same_update(toy_data, rl_config, tmp_pa
         assert a[K.GRAD_NORM] == pytest.approx(b[K.GRAD_NORM], rel=tolerance[1])
 
 
-def test_cpu_prediction_adds_the_heaps_measured_growth_and_a_gpu_the_tensors():
+def test_cpu_prediction_adds_the_heaps_growth_and_a_gpu_counts_the_tensors():
     # Counting the tensors alone, the preflight said 3.2 GB for a CPU run that peaked at 5.8 GB
-    # (docs/performance.md): on a CPU the saved bytes are scaled by the heap's measured growth.
+    # (docs/performance.md): on a CPU the saved bytes grow by the heap's measured factor. The
+    # factors' values are checked against real peaks, on workloads they were not fitted on, by
+    # tests/train/test_memory_prediction_slow.py.
     model = tiny_llama()
     cost = M.probe_activations(model, torch.float32)
     plain = M.activation_bytes(cost, 400, model, checkpointing=False)
     checkpointed = M.activation_bytes(cost, 400, model, checkpointing=True)
     cpu, gpu = torch.device("cpu"), torch.device("cuda")
-    assert M.activation_growth_bytes(cost, 400, model, False, cpu) == pytest.approx(M.HEAP_GROWTH["plain"] * plain)
-    assert M.activation_growth_bytes(cost, 400, model, True, cpu) == pytest.approx(
-        max(checkpointed, M.HEAP_GROWTH["checkpointed"] * plain))
-    assert M.HEAP_GROWTH["checkpointed"] < M.HEAP_GROWTH["plain"]
+    assert M.activation_growth_bytes(cost, 400, model, False, cpu) > plain
+    assert checkpointed <= M.activation_growth_bytes(cost, 400, model, True, cpu) < M.activation_growth_bytes(
+        cost, 400, model, False, cpu)
     assert M.activation_growth_bytes(cost, 400, model, False, gpu) == plain
     assert M.activation_growth_bytes(cost, 400, model, True, gpu) == checkpointed
 

@@ -121,3 +121,12 @@ def test_the_rl_preflight_brackets_the_peak(tmp_path, data, prompts):
     # the shared pass forwards each prompt once; the checkpointed plain pass G times: dearer here
     assert memory["predicted_peak_checkpointed_mb"] > memory["predicted_peak_mb"], run
     assert memory["gradient_checkpointing"] is False, run
+
+
+@pytest.mark.slow
+def test_the_rl_preflight_holds_on_a_workload_it_was_not_fitted_on(tmp_path):
+    # The heap factor was chosen from the four runs above (sms-spam and vader-movies, G = 4);
+    # vader-tweets' texts with G = 8 and 6 prompts a step are another shape of work: twice the
+    # completions per prompt, another length distribution. The prediction must still bracket it.
+    run = rl_in_a_process(tmp_path, "tweets-g8", data="vader-tweets", prompts_per_step=6, group_size=8)
+    assert run["peak_mb"] <= run["memory"]["predicted_peak_mb"] <= 1.5 * run["peak_mb"], run

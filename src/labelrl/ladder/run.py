@@ -30,7 +30,7 @@ from labelrl.ladder.recipe import Recipe, requires, run_order
 from labelrl.ladder.spec import TaskSpec
 from labelrl.ladder.phases import phase_times
 from labelrl.ladder.noise_slope import noise_slope_step
-from labelrl.ladder.side_by_side import Job, train_side_by_side
+from labelrl.ladder.side_by_side import Job, close_workers, train_side_by_side
 from labelrl.ladder.tune import known_config, tune_or_follow
 from labelrl.ladder.tune_grid import arm_grid, finished_config_matches, moved_to_run
 
@@ -83,8 +83,11 @@ class Ladder:
         started = time.monotonic()
         with RunLock(self.run_dir, "ladder"):
             atomic_write_text(self.run_dir / "recipe.yaml", yaml.safe_dump(self.recipe.as_written(), sort_keys=False))
-            for task_name, task in self.recipe.tasks.items():
-                self.run_task(task_name, task)
+            try:
+                for task_name, task in self.recipe.tasks.items():
+                    self.run_task(task_name, task)
+            finally:
+                close_workers()  # the side-by-side workers live as long as the ladder runs
             if (slope := noise_slope_step(self.run_dir, self.state, self.recipe, self.console)) is not None:
                 self.state["noise_slope"] = slope  # across tasks: RL's slope on label noise against SFT's
             # where the time went, for the console and the report (which reads files only)

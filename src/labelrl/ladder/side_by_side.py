@@ -1,8 +1,9 @@
 """Training runs of a ladder side by side: W worker processes, each with cores / W threads.
 
 Why: a 135M-parameter model's products are too small to keep two threads of one process busy.
-On a 2-core CPU, two one-thread processes trained two RL runs in 0.67× the time one two-thread
-process took for them one after the other (docs/performance.md, "Runs side by side").
+On a 2-core CPU an RL step of the demo took 1.3 s with two threads and 1.8 s with one beside
+another one-thread run: two runs side by side do 1.45× the steps (docs/performance.md, "Runs
+side by side").
 
 What runs side by side (recipe ``workers: W``, default 1: one process, as before):
 
@@ -11,34 +12,39 @@ What runs side by side (recipe ``workers: W``, default 1: one process, as before
   has chosen its values and their parent is done, and any other SFT or RL arm whose
   dependencies are done.
 
-With W > 1 every SFT and RL run of the ladder trains in a worker with the same thread count,
-alone or beside another, so a run's arithmetic does not depend on what it ran beside (a product
-summed by one thread rounds differently from one split over two). A worker writes the run's files
-only; the ladder then finds the run finished (``labelrl.ladder.arms.train_finished``) and
-evaluates it in its own process as before. A worker that fails leaves nothing the ladder uses: the
-ladder runs that training itself and reports its error as usual (an RL run resumes from its last
-checkpoint). Each worker's console output is kept beside its run, in ``RUN.worker.log``.
+The workers are started once per ladder and kept (a worker's imports cost seconds a run). With
+W > 1 every SFT and RL run of the ladder trains in a worker with the same thread count, alone or
+beside another, so a run's arithmetic does not depend on what it ran beside (a product summed by
+one thread rounds differently from one split over two). A worker writes the run's files only;
+the ladder then finds the run finished (``labelrl.ladder.arms.train_finished``) and evaluates it
+in its own process as before. A run whose worker fails leaves nothing the ladder uses: the ladder
+trains it itself and reports its error as usual (an RL run resumes from its last checkpoint).
+Each run's console output is kept beside it, in ``RUN.worker.log``.
 
 Each worker holds its own model, optimizer and activations: set W only where W runs' memory fits.
 """
 
 from __future__ import annotations
 
-import json
+import gc
+import importlib
+import multiprocessing
 import os
-import subprocess
 import sys
-import tempfile
 import time
+import traceback
+from concurrent.futures import Future, ProcessPoolExecutor, as_completed
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from pathlib import Path
 
 from pydantic import BaseModel
 from rich.console import Console
 
-from labelrl.ladder.arms import train_finished
+from labelrl.ladder.arms import train_arm, train_finished
 
 LOG_SUFFIX = ".worker.log"
+_POOLS: dict[tuple[int, int], ProcessPoolExecutor] = {}  # (workers, threads) → the ladder's workers
 
 
 @dataclass
@@ -53,6 +59,12 @@ class Job:
     @property
     def out(self) -> Path:
         return Path(self.cfg.out)
+
+    def spec(self) -> dict:
+        """What a worker rebuilds the job from (plain values: it crosses a process boundary)."""
+        cls = type(self.cfg)
+        return {"arm_type": self.arm_type, "config_class": f"{cls.__module__}:{cls.__qualname__}",
+                "config": self.cfg.model_dump(mode="json"), "task_dir": str(self.task_dir)}
 
 
 def cores() -> int:
@@ -71,18 +83,70 @@ def log_path(out: Path) -> Path:
     return out.with_name(out.name + LOG_SUFFIX)
 
 
-def _spawn(job: Job, threads: int, spec_dir: Path) -> subprocess.Popen:
-    spec = spec_dir / f"{len(list(spec_dir.iterdir()))}.json"
-    cls = type(job.cfg)
-    spec.write_text(json.dumps({"arm_type": job.arm_type, "config_class": f"{cls.__module__}:{cls.__qualname__}",
-                                "config": job.cfg.model_dump(mode="json"), "task_dir": str(job.task_dir),
-                                "threads": threads}), encoding="utf-8")
-    env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
+# ------------------------------------------------------------------ in a worker process
+
+
+def _start_worker(threads: int) -> None:
+    os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = str(threads)
+    import torch
+
+    torch.set_num_threads(threads)
+
+
+def run_job(spec: dict, log: str) -> float:
+    """Train one run (``train_arm``, as the ladder would) with this process's output in ``log``;
+    returns the seconds it took. An error is written to the log and raised to the ladder."""
+    started = time.monotonic()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = os.dup(1), os.dup(2)
+    with open(log, "w", encoding="utf-8") as handle:
+        os.dup2(handle.fileno(), 1)
+        os.dup2(handle.fileno(), 2)
+        try:
+            module, name = spec["config_class"].split(":")
+            cfg = getattr(importlib.import_module(module), name).model_validate(spec["config"])
+            train_arm(spec["arm_type"], cfg, Path(spec["task_dir"]), Console(file=sys.stdout))
+        except BaseException:
+            traceback.print_exc()
+            raise
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            for fd, copy in zip((1, 2), saved):
+                os.dup2(copy, fd)
+                os.close(copy)
+    gc.collect()  # the run's model and optimizer go before the next run loads its own
+    return time.monotonic() - started
+
+
+# ------------------------------------------------------------------ in the ladder's process
+
+
+def _pool(workers: int, threads: int) -> ProcessPoolExecutor:
+    if (workers, threads) not in _POOLS:
+        close_workers()
+        _POOLS[(workers, threads)] = ProcessPoolExecutor(
+            max_workers=workers, mp_context=multiprocessing.get_context("spawn"),  # no fork of a threaded parent
+            initializer=_start_worker, initargs=(threads,))
+    return _POOLS[(workers, threads)]
+
+
+def close_workers(kill: bool = False) -> None:
+    """Stop the ladder's workers (the ladder calls this when it ends, however it ends); with
+    ``kill``, a run in progress is stopped too rather than waited for (the ladder is failing)."""
+    for pool in _POOLS.values():
+        if kill:  # the executor has no public way to stop a busy worker before Python 3.14
+            for process in list((getattr(pool, "_processes", None) or {}).values()):
+                process.terminate()
+        pool.shutdown(wait=True, cancel_futures=True)
+    _POOLS.clear()
+
+
+def _submit(pool: ProcessPoolExecutor, job: Job) -> Future:
     log = log_path(job.out)
     log.parent.mkdir(parents=True, exist_ok=True)
-    with open(log, "w", encoding="utf-8") as handle:  # the child keeps its own descriptor
-        return subprocess.Popen([sys.executable, "-m", "labelrl.ladder.worker", str(spec)], stdout=handle,
-                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
+    return pool.submit(run_job, job.spec(), str(log))
 
 
 def train_side_by_side(jobs: list[Job], workers: int, console: Console) -> dict[Path, float]:
@@ -95,28 +159,25 @@ def train_side_by_side(jobs: list[Job], workers: int, console: Console) -> dict[
     n = min(workers, len(todo))
     console.print(f"training side by side ({n} process{'es' if n > 1 else ''} × {threads} thread"
                   f"{'s' if threads > 1 else ''}): {', '.join(j.name for j in todo)}")
-    pending, running, took = list(todo), {}, {}
-    started = time.monotonic()
-    with tempfile.TemporaryDirectory(prefix="labelrl-workers-") as spec_dir:
-        try:
-            while pending or running:
-                while pending and len(running) < workers:
-                    job = pending.pop(0)
-                    running[job.out] = (job, _spawn(job, threads, Path(spec_dir)), time.monotonic())
-                time.sleep(0.2)
-                for out, (job, proc, t0) in list(running.items()):
-                    if proc.poll() is None:
-                        continue
-                    del running[out]
-                    took[out] = time.monotonic() - t0
-                    if proc.returncode == 0 and train_finished(job.arm_type, out):
-                        console.print(f"  {job.name}: trained in {took[out]:.0f} s")
-                    else:  # the ladder trains it itself next, and reports its error as it always does
-                        console.print(f"[yellow]  {job.name}: its worker ended with exit code {proc.returncode} "
-                                      f"(log: {log_path(out)}); it is trained in the ladder's process instead[/]")
-        finally:
-            for _, proc, _ in running.values():  # interrupted: no orphan keeps training
-                proc.terminate()
-                proc.wait()
+    started, took = time.monotonic(), {}
+    pool = _pool(workers, threads)
+    futures = {_submit(pool, job): job for job in todo}
+    try:
+        for future in as_completed(futures):
+            job = futures[future]
+            try:
+                took[job.out] = future.result()
+            except BaseException as exc:  # the ladder trains it itself next, and reports its error as it always does
+                if isinstance(exc, BrokenProcessPool):
+                    close_workers()  # a worker died (e.g. killed for memory): the next batch starts new ones
+                elif isinstance(exc, KeyboardInterrupt):
+                    raise
+                console.print(f"[yellow]  {job.name}: its worker failed ({type(exc).__name__}: {exc}; log: "
+                              f"{log_path(job.out)}); it is trained in the ladder's process instead[/]")
+                continue
+            console.print(f"  {job.name}: trained in {took[job.out]:.0f} s")
+    except BaseException:
+        close_workers(kill=True)
+        raise
     wall, total = time.monotonic() - started, sum(took.values()) or 1.0
     return {out: wall * t / total for out, t in took.items()}
