@@ -156,3 +156,13 @@ def test_an_interrupted_batch_stops_its_workers_without_waiting_for_their_runs(t
     time.sleep(2.0)
     assert [side_by_side.log_path(j.out).stat().st_size for j in jobs] == sizes
     assert time.monotonic() - stopped < 60
+
+
+def test_the_worker_module_loads_without_torch_so_its_thread_count_comes_first():
+    import subprocess
+    import sys
+
+    probe = "import sys, labelrl.ladder.worker; print('torch' in sys.modules, 'transformers' in sys.modules)"
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["False", "False"]

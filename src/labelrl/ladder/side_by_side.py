@@ -1,9 +1,9 @@
 """Training runs of a ladder side by side: W worker processes, each with cores / W threads.
 
 Why: a 135M-parameter model's products are too small to keep two threads of one process busy.
-On a 2-core CPU an RL step of the demo took 1.3 s with two threads and 1.8 s with one beside
-another one-thread run: two runs side by side do 1.45× the steps (docs/performance.md, "Runs
-side by side").
+On a 2-core CPU two vader-movies RL runs took 38.4 s side by side, one thread each, against
+55.2 s one after another with two threads (1.44×; ``benchmarks/side_by_side.py``,
+docs/performance.md, "Runs side by side").
 
 What runs side by side (recipe ``workers: W``, default 1: one process, as before):
 
@@ -19,20 +19,18 @@ one thread rounds differently from one split over two). A worker writes the run'
 the ladder then finds the run finished (``labelrl.ladder.arms.train_finished``) and evaluates it
 in its own process as before. A run whose worker fails leaves nothing the ladder uses: the ladder
 trains it itself and reports its error as usual (an RL run resumes from its last checkpoint).
-Each run's console output is kept beside it, in ``RUN.worker.log``.
+Each run's console output is kept beside it, in ``RUN.worker.log``. What a worker runs is in
+``labelrl.ladder.worker``, which imports nothing heavy, so the thread count is set before torch
+loads.
 
 Each worker holds its own model, optimizer and activations: set W only where W runs' memory fits.
 """
 
 from __future__ import annotations
 
-import gc
-import importlib
 import multiprocessing
 import os
-import sys
 import time
-import traceback
 from concurrent.futures import Future, ProcessPoolExecutor, as_completed
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
@@ -41,7 +39,8 @@ from pathlib import Path
 from pydantic import BaseModel
 from rich.console import Console
 
-from labelrl.ladder.arms import train_arm, train_finished
+from labelrl.ladder.arms import train_finished
+from labelrl.ladder.worker import run_job, start_worker
 
 LOG_SUFFIX = ".worker.log"
 _POOLS: dict[tuple[int, int], ProcessPoolExecutor] = {}  # (workers, threads) → the ladder's workers
@@ -83,43 +82,6 @@ def log_path(out: Path) -> Path:
     return out.with_name(out.name + LOG_SUFFIX)
 
 
-# ------------------------------------------------------------------ in a worker process
-
-
-def _start_worker(threads: int) -> None:
-    os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = str(threads)
-    import torch
-
-    torch.set_num_threads(threads)
-
-
-def run_job(spec: dict, log: str) -> float:
-    """Train one run (``train_arm``, as the ladder would) with this process's output in ``log``;
-    returns the seconds it took. An error is written to the log and raised to the ladder."""
-    started = time.monotonic()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    saved = os.dup(1), os.dup(2)
-    with open(log, "w", encoding="utf-8") as handle:
-        os.dup2(handle.fileno(), 1)
-        os.dup2(handle.fileno(), 2)
-        try:
-            module, name = spec["config_class"].split(":")
-            cfg = getattr(importlib.import_module(module), name).model_validate(spec["config"])
-            train_arm(spec["arm_type"], cfg, Path(spec["task_dir"]), Console(file=sys.stdout))
-        except BaseException:
-            traceback.print_exc()
-            raise
-        finally:
-            sys.stdout.flush()
-            sys.stderr.flush()
-            for fd, copy in zip((1, 2), saved):
-                os.dup2(copy, fd)
-                os.close(copy)
-    gc.collect()  # the run's model and optimizer go before the next run loads its own
-    return time.monotonic() - started
-
-
 # ------------------------------------------------------------------ in the ladder's process
 
 
@@ -128,7 +90,7 @@ def _pool(workers: int, threads: int) -> ProcessPoolExecutor:
         close_workers()
         _POOLS[(workers, threads)] = ProcessPoolExecutor(
             max_workers=workers, mp_context=multiprocessing.get_context("spawn"),  # no fork of a threaded parent
-            initializer=_start_worker, initargs=(threads,))
+            initializer=start_worker, initargs=(threads,))
     return _POOLS[(workers, threads)]
 
 
@@ -146,7 +108,7 @@ def close_workers(kill: bool = False) -> None:
 def _submit(pool: ProcessPoolExecutor, job: Job) -> Future:
     log = log_path(job.out)
     log.parent.mkdir(parents=True, exist_ok=True)
-    return pool.submit(run_job, job.spec(), str(log))
+    return pool.submit(run_job, job.spec(), str(log))  # labelrl.ladder.worker, in the worker
 
 
 def train_side_by_side(jobs: list[Job], workers: int, console: Console) -> dict[Path, float]:

@@ -1,0 +1,54 @@
+"""What a side-by-side worker process runs (``labelrl.ladder.side_by_side``).
+
+This module imports nothing heavy at import time: a spawned worker imports it first, and its
+thread count must be in the environment before torch (and its OpenMP runtime) is imported.
+"""
+
+from __future__ import annotations
+
+import gc
+import importlib
+import os
+import sys
+import time
+import traceback
+from pathlib import Path
+
+
+def start_worker(threads: int) -> None:
+    """The worker's initializer: ``threads`` threads for OpenMP, MKL and torch's products."""
+    os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = str(threads)
+    import torch
+
+    torch.set_num_threads(threads)
+
+
+def run_job(spec: dict, log: str) -> float:
+    """Train one run (``train_arm``, as the ladder would) with this process's output in ``log``;
+    returns the seconds it took. An error is written to the log and raised to the ladder."""
+    from rich.console import Console
+
+    from labelrl.ladder.arms import train_arm
+
+    started = time.monotonic()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = os.dup(1), os.dup(2)
+    with open(log, "w", encoding="utf-8") as handle:
+        os.dup2(handle.fileno(), 1)
+        os.dup2(handle.fileno(), 2)
+        try:
+            module, name = spec["config_class"].split(":")
+            cfg = getattr(importlib.import_module(module), name).model_validate(spec["config"])
+            train_arm(spec["arm_type"], cfg, Path(spec["task_dir"]), Console(file=sys.stdout))
+        except BaseException:
+            traceback.print_exc()
+            raise
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            for fd, copy in zip((1, 2), saved):
+                os.dup2(copy, fd)
+                os.close(copy)
+    gc.collect()  # the run's model and optimizer go before the next run loads its own
+    return time.monotonic() - started
