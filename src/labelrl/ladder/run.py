@@ -55,7 +55,6 @@ class Ladder:
         self.state["run_dir"] = str(self.run_dir)
         self.state["task_order"] = list(recipe.tasks)  # the JSON is saved with sorted keys
         self._check_finished_arms_unchanged(made_in)
-        self.workers = recipe.workers
         self.ahead: dict[Path, float] = {}  # run dir → its share of the wall time it trained side by side
 
     def save(self) -> None:
@@ -107,7 +106,7 @@ class Ladder:
         self.save()
         order = run_order(task)
         for i, arm_name in enumerate(order):
-            if self.workers > 1:
+            if self.recipe.workers > 1:
                 self._train_ahead(task_name, task, order[i:])
             self.run_arm(task_name, task, arm_name)
         started = time.monotonic()
@@ -129,7 +128,7 @@ class Ladder:
             cfg = known_config(task, name, self.configs[task_name][name], self.grids[task_name][name], arms)
             if cfg is not None:
                 jobs.append(Job(name, task.arms[name].type, cfg, self.run_dir / task_name))
-        self.ahead.update(train_side_by_side(jobs, self.workers, self.console))
+        self.ahead.update(train_side_by_side(jobs, self.recipe.workers, self.console))
 
     def run_arm(self, task_name: str, task: TaskSpec, arm_name: str) -> None:
         arm = task.arms[arm_name]
@@ -153,7 +152,7 @@ class Ladder:
         self.console.rule(f"{task_name}/{arm_name} ({arm.type}{', from ' + arm.from_ if arm.from_ else ''})")
         st["status"] = "running"
         self.save()
-        start = time.monotonic() - self.ahead.get(Path(cfg.out), 0.0) if hasattr(cfg, "out") else time.monotonic()
+        start = time.monotonic() - (self.ahead.get(Path(cfg.out), 0.0) if hasattr(cfg, "out") else 0.0)
         try:
             self._train_and_evaluate(task, self.run_dir / task_name, arm_name, arm.type, cfg, st)
             st["status"] = COLLAPSED if stops_on_collapse(task, st) else "done"

@@ -136,12 +136,15 @@ def balanced_indices(labels: Sequence[str], start: int, count: int, seed: int) -
     """
     keys = sorted(set(labels))
     members = {k: [i for i, lab in enumerate(labels) if lab == k] for k in keys}
+    first, last = start // len(keys), (start + count - 1) // len(keys)  # the turns this call reaches
+    # each label's stream over those turns, drawn once (a shuffle of its items per epoch, not per position)
+    streams = {k: ordered_indices(len(members[k]), first, last - first + 1, seed * 1_000_003 + 104_729 * (j + 1))
+               for j, k in enumerate(keys)}
     out = []
     for pos in range(start, start + count):
         turn, slot = divmod(pos, len(keys))
         order = list(keys)
         random.Random(seed * 1_000_003 + 7919 * turn + 1).shuffle(order)
         label = order[slot]
-        label_seed = seed * 1_000_003 + 104_729 * (keys.index(label) + 1)
-        out.append(members[label][ordered_indices(len(members[label]), turn, 1, label_seed)[0]])
+        out.append(members[label][streams[label][turn - first]])
     return out
