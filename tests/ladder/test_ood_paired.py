@@ -94,6 +94,10 @@ def test_the_verdict_says_the_ood_comparisons_apart_from_the_holdout_ones(task):
     head, _, ood_part = grpo["text"].partition("; on OOD tweets: ")
     assert "vs sft: better" in ood_part and "vs threshold (SFT + threshold chosen on val): better" in ood_part
     assert "better" not in head
+    # the holdout ablation is in the holdout part, under both arms (equal predictions there: ΔBA 0)
+    held = "ablation corpo vs grpo (same parent): no detectable difference (ΔBA +0.000"
+    assert held in head and held in corpo["text"].partition("; on OOD tweets: ")[0]
+    assert grpo["ablation"] == corpo["ablation"] and grpo["ablation"][0].startswith(held)
     # the ablation (B − A = corpo − grpo) is stated under both of its arms
     line = "ablation corpo vs grpo (same parent): worse (ΔBA -1.000 [-1.000, -1.000] over 60 items; 1/1 seeds lower)"
     assert line in ood_part and line in corpo["text"]

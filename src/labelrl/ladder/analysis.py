@@ -45,7 +45,8 @@ from labelrl.ladder.generation_point import (add_generation_points, generated_na
 from labelrl.ladder.kinds import RL_TYPES, groups
 from labelrl.ladder.layout import eval_paths
 from labelrl.ladder.majority import majority_baseline, majority_comparisons
-from labelrl.ladder.paired_arms import UNCOMPARED_KEYS, add_ood_verdicts, config_diff, ood_names, rl_comparisons
+from labelrl.ladder.paired_arms import (UNCOMPARED_KEYS, add_ood_verdicts, comparison_line, config_diff, ood_names,
+                                        rl_comparisons)
 from labelrl.ladder.stability import add_stability, stability_analysis
 
 __all__ = ["SFT_TYPES", "UNCOMPARED_KEYS", "analyse_task", "config_diff", "paired_comparisons", "task_verdict"]
@@ -311,7 +312,8 @@ def _sweep_summary(runs: list[str], sweeps: dict, pooled: dict | None = None) ->
 
 def task_verdict(arms: dict[str, dict], analysis: dict, tstate: dict) -> list[dict]:
     """One entry per RL arm: its paired verdicts against SFT, SFT + threshold and the
-    recall-matched threshold (holdout), the sweep's verdict and its failed-positive fraction, the
+    recall-matched threshold (holdout), its ablations against RL arms from the same parent
+    (``ablation``, under both arms), the sweep's verdict and its failed-positive fraction, the
     curve and the point, the same comparisons on each OOD set (``ood``), a direct arm's greedy
     generation point (``generation``), the figures over seeds (``stability``), and the sentence
     that says them (``text``)."""
@@ -321,6 +323,11 @@ def task_verdict(arms: dict[str, dict], analysis: dict, tstate: dict) -> list[di
              "vs_recall_matched": "vs SFT at its own val recall"}
     by_pair = {(c["kind"], c["b"]): f"{shown[c['kind']].format(a=c['a'])}: {c.get('words') or c['verdict']}"
                for c in paired.get("comparisons", []) if c["kind"] in shown and c.get("split", "holdout") == "holdout"}
+    ablations: dict[str, list[str]] = {}  # B − A of two RL arms from one parent, stated under both arms
+    for c in paired.get("comparisons", []):
+        if c["kind"] == "ablation" and c.get("split", "holdout") == "holdout":
+            for arm in (c["b"], c["a"]):
+                ablations.setdefault(arm, []).append(comparison_line(c))
     sweeps = (analysis.get("sweep") or {}).get("verdicts") or {}
     pooled = (analysis.get("sweep") or {}).get("pooled") or {}
     threshold_text = tstate.get("success_threshold")
@@ -334,10 +341,10 @@ def task_verdict(arms: dict[str, dict], analysis: dict, tstate: dict) -> list[di
         failed = (f"failed-positive fraction {sum(fp) / len(fp):.3f} (failed: reward below "
                   f"{threshold_text if threshold_text is not None else 'full credit'})") if fp else None
         sweep = _sweep_summary(runs, sweeps, pooled.get(g))
-        lines = [p for p in parts if p] + [x for x in (sweep, failed) if x]
+        lines = [p for p in parts if p] + ablations.get(g, []) + [x for x in (sweep, failed) if x]
         note = "" if paired.get("comparisons") else f"; paired comparisons not made: {paired.get('error') or paired.get('note')}"
         out.append({"arm": g, "runs": runs, "vs_sft": parts[0], "vs_threshold": parts[1], "vs_recall_matched": parts[2],
-                    "sweep": sweep, "failed_positive": failed, "text": f"{g}: " + "; ".join(lines) + note})
+                    "ablation": ablations.get(g) or None, "sweep": sweep, "failed_positive": failed, "text": f"{g}: " + "; ".join(lines) + note})
     add_curve_point(out, analysis.get("curve_point"))  # binary tasks: the curve (ranking) and the point (answers)
     add_ood_verdicts(out, paired)  # the same comparisons on each OOD set
     add_generation_points(out, analysis.get("generation"), sweeps)  # direct RL: the answers without logits
