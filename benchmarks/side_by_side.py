@@ -1,8 +1,9 @@
 """Two training runs one after another against the same two side by side, as a ladder with
-``workers: 1`` and ``workers: 2`` trains them (``labelrl.ladder.side_by_side``).
+``workers: 1`` and ``workers: 2`` trains them (``labelrl.ladder.side_by_side``); or two
+label-token scorings (``--kind eval``), to see whether scoring would gain the same way.
 
-    .venv/bin/python benchmarks/side_by_side.py [--kind rl|sft] [--data sms-spam] [--steps 12] [--runs 3]
-        [--model smollm2-135m-instruct] [--json OUT]
+    .venv/bin/python benchmarks/side_by_side.py [--kind rl|sft|eval] [--data sms-spam] [--steps 12]
+        [--items 512] [--runs 3] [--model smollm2-135m-instruct] [--json OUT]
 
 Each arm trains two runs of the same config but their seeds (0 and 1) through the command line
 (`labelrl rl` or `labelrl sft`, SmolLM2-135M-Instruct + LoRA r=16, bf16 where the CPU has it):
@@ -14,7 +15,8 @@ Each arm trains two runs of the same config but their seeds (0 and 1) through th
 Both arms start two processes, so model loading is in both. RL runs keep every group's training
 pass (``--no-skip-uninformative``: a model that has not learnt the answer format would otherwise
 skip it), 4 prompts × G = 4, at most 12 new tokens: the demo's shape. SFT runs the demo's batches
-of 8. The arms alternate ``--runs`` times; medians of the wall time of two runs and their ratio,
+of 8. ``--kind eval`` scores ``--items`` val items with the base model (`labelrl eval --split val`,
+the ladder's batches of 32). The arms alternate ``--runs`` times; medians of the wall time of two runs and their ratio,
 ending with ``side by side vs one after another: R×`` (above 1: side by side is faster).
 """
 
@@ -37,13 +39,18 @@ ARMS = ("one after another", "side by side")
 
 
 def extra(parser) -> None:
-    parser.add_argument("--kind", choices=("rl", "sft"), default="rl")
+    parser.add_argument("--kind", choices=("rl", "sft", "eval"), default="rl")
     parser.add_argument("--data", default="sms-spam", help="a built-in dataset (the demo's: sms-spam, vader-movies)")
     parser.add_argument("--model", default="smollm2-135m-instruct", help="a built-in model (tiny-random: a smoke run)")
     parser.add_argument("--steps", type=int, default=12)
+    parser.add_argument("--items", type=int, default=512, help="--kind eval: val items a scoring reads")
 
 
 def command(args, out: Path, seed: int) -> list[str]:
+    if args.kind == "eval":  # the two scorings differ by the sample they draw (--seed), as two arms' would not
+        return [sys.executable, "-m", "labelrl.cli.main", "eval", args.model, "--data", args.data, "--split", "val",
+                "--limit", str(args.items), "--seed", str(seed), "--n-boot", "200", "--precision", args.precision,
+                "--out", str(out / "val.parquet"), "--splits", str(out)]
     base = [sys.executable, "-m", "labelrl.cli.main", args.kind, "--model", args.model, "--data", args.data,
             "--out", str(out), "--seed", str(seed), "--limit", "320", "--quiet", "--precision", args.precision]
     if args.kind == "rl":
@@ -77,7 +84,8 @@ def two_runs(args, root: Path, side_by_side: bool) -> float:
 def main() -> None:
     args = timing_args(__doc__.splitlines()[0], runs=3, extra=extra)
     print(cpu_line())
-    print(f"{busy_note()}; {len(os.sched_getaffinity(0))} cores; {args.kind} on {args.data}, {args.steps} steps a run")
+    size = f"{args.items} val items a scoring" if args.kind == "eval" else f"{args.steps} steps a run"
+    print(f"{busy_note()}; {len(os.sched_getaffinity(0))} cores; {args.kind} on {args.data}, {size}")
     times: dict[str, list[float]] = {arm: [] for arm in ARMS}
     with tempfile.TemporaryDirectory(prefix="side_by_side_") as tmp:
         for repeat in range(args.runs):
@@ -91,7 +99,7 @@ def main() -> None:
         print(f"{arm:>17}: {medians[arm]:6.1f} s for two runs (median of {len(times[arm])})")
     print(f"side by side vs one after another: {ratio:.2f}×")
     if args.json:
-        args.json.write_text(json.dumps({"cpu": cpu_line(), "kind": args.kind, "data": args.data, "steps": args.steps,
+        args.json.write_text(json.dumps({"cpu": cpu_line(), "kind": args.kind, "data": args.data, "steps": args.steps, "items": args.items,
                                          "seconds": times, "median_seconds": medians, "ratio": ratio}, indent=2))
 
 

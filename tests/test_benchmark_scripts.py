@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -22,10 +24,10 @@ def test_sft_step_prints_the_cpu_both_arms_and_ends_with_their_ratio():
     assert re.fullmatch(r"lean vs module: \d+\.\d\d×", lines[-1])
 
 
-def test_side_by_side_prints_the_cpu_both_arms_and_ends_with_their_ratio():
+@pytest.mark.parametrize("size", [["--kind", "sft", "--steps", "2"], ["--kind", "eval", "--items", "16"]])
+def test_side_by_side_prints_the_cpu_both_arms_and_ends_with_their_ratio(size):
     out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "side_by_side.py"), "--model", "tiny-random",
-                          "--kind", "sft", "--steps", "2", "--runs", "1"], capture_output=True, text=True, timeout=600,
-                         cwd=ROOT)
+                          *size, "--runs", "1"], capture_output=True, text=True, timeout=600, cwd=ROOT)
     assert out.returncode == 0, out.stderr[-3000:]
     lines = out.stdout.strip().splitlines()
     assert lines[0].startswith("CPU: ")
