@@ -34,3 +34,29 @@ def test_append_jsonl_round_trips(tmp_path):
     for i in range(3):
         append_jsonl(tmp_path / "m.jsonl", {"step": i})
     assert [r["step"] for r in read_jsonl(tmp_path / "m.jsonl")] == [0, 1, 2]
+
+
+def test_append_jsonl_waits_for_another_writer_mid_line(tmp_path):
+    """A second process appending to the same file (a ladder's workers share a holdout ledger)
+    holds the file's lock while its line is half written; an append meanwhile must wait for it,
+    not cut the half line as a torn tail left by a kill."""
+    import fcntl
+    import json
+    import threading
+
+    path = tmp_path / "ledger.jsonl"
+    append_jsonl(path, {"n": 0})
+    with open(path, "a", encoding="utf-8") as other:
+        fcntl.flock(other.fileno(), fcntl.LOCK_EX)
+        other.write('{"n": 1, "half')
+        other.flush()
+        appender = threading.Thread(target=append_jsonl, args=(path, {"n": 2}))
+        appender.start()
+        appender.join(timeout=0.5)
+        assert appender.is_alive()  # waiting for the lock, the half line untouched
+        assert path.read_text(encoding="utf-8").endswith('"half')
+        other.write('": true}\n')
+        other.flush()
+    appender.join(timeout=10)
+    assert not appender.is_alive()
+    assert [json.loads(line)["n"] for line in path.read_text(encoding="utf-8").splitlines()] == [0, 1, 2]

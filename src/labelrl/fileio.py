@@ -105,11 +105,16 @@ def append_jsonl(path: Path, record: dict) -> None:
     """Append one JSON line and flush it to disk (a kill loses at most the line in flight).
 
     A torn last line left by an earlier kill is cut first, so the new record never lands on the
-    same line as a fragment (which would hide it and every later record from a reader)."""
+    same line as a fragment (which would hide it and every later record from a reader). Both
+    happen under an exclusive ``flock`` of the file: another process appending to it (a ladder's
+    side-by-side workers share a task's holdout ledger) is never mid-line when the tail is read."""
+    import fcntl
+
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    drop_torn_tail(path)
     with open(path, "a", encoding="utf-8") as handle:
+        fcntl.flock(handle.fileno(), fcntl.LOCK_EX)  # released when the file closes
+        drop_torn_tail(path)
         handle.write(jsonl_line(record))
         handle.flush()
         os.fsync(handle.fileno())

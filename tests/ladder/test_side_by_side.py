@@ -8,6 +8,8 @@ import json
 import sys
 from pathlib import Path
 
+import numpy as np
+import pandas as pd
 import pytest
 import torch
 from rich.console import Console
@@ -45,6 +47,15 @@ def toy(tmp_path) -> Path:
     return data
 
 
+# scored by a worker (sft@s0's holdout is its tuned winner's, scored in the ladder's own process)
+SCORED_IN_WORKERS = ["sft@s0-val", "sft@s1-val", "sft@s1-holdout", "grpo@s0-val", "grpo@s0-holdout", "grpo@s1-val",
+                     "grpo@s1-holdout"]
+
+
+def _ledger(task: Path) -> list[dict]:
+    return [json.loads(line) for line in (task / "ledger.jsonl").read_text(encoding="utf-8").splitlines()]
+
+
 RUNS = ["sft@s0/tune/learning_rate=0.001", "sft@s0/tune/learning_rate=0.003", "sft@s1", "grpo@s0", "grpo@s1"]
 
 
@@ -64,6 +75,15 @@ def test_side_by_side_trains_in_workers_and_changes_no_model(toy, tmp_path, monk
     assert "training side by side (1 process × 1 thread): grpo@s1" in printed
     assert "trained in the ladder's process instead" not in printed
     assert all(arms[n]["seconds_train"] > 0 for n in arms)  # a run trained ahead keeps its share of the time
+    # each worker scored what it trained: the candidates on val, the other runs on val and the holdout
+    assert "sft@s0: learning_rate=0.001: trained in" in printed and "scored in" in printed
+    for run in ("sft@s1", "grpo@s0", "grpo@s1"):
+        log = side_by_side.log_path(task / run).read_text()
+        assert "scoring val of" in log and "holdout of" in log, run
+        assert arms[run]["seconds_eval"] > 0, run  # its share of the time it was scored ahead
+    looks = [r for r in _ledger(task) if r["split"] == "holdout"]
+    assert sorted(Path(r["model_spec"]).parent.name for r in looks) == ["grpo@s0", "grpo@s1", "sft@s0", "sft@s1"]
+    assert not any(r["repeat"] for r in looks)  # one look per model, in a worker or not
 
     # The same ladder, one run after another in this process, at the workers' thread count.
     threads = torch.get_num_threads()
@@ -78,6 +98,11 @@ def test_side_by_side_trains_in_workers_and_changes_no_model(toy, tmp_path, monk
         for name in a:
             assert torch.equal(a[name], b[name]), (run, name)
         assert not side_by_side.log_path(tmp_path / "one" / "toy" / run).exists()
+    # a worker's scores are those the ladder's own process computes at its thread count
+    for tag in SCORED_IN_WORKERS:
+        a, b = (pd.read_parquet(root / "toy" / "eval" / f"{tag}.parquet") for root in (tmp_path / "two", tmp_path / "one"))
+        assert a["id"].tolist() == b["id"].tolist() and a["prediction"].tolist() == b["prediction"].tolist(), tag
+        assert np.array_equal(a["score"].to_numpy(), b["score"].to_numpy()), tag
     # and the runs did train: the tuned candidates differ from each other
     first, second = _weights(task / RUNS[0]), _weights(task / RUNS[1])
     assert any(not torch.equal(first[n], second[n]) for n in first)

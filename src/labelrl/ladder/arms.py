@@ -229,3 +229,16 @@ def _share_evaluation(record: dict, task_dir: Path, arm_name: str, tag: str) -> 
     shutil.copyfile(record["files"]["predictions"], predictions)
     atomic_write_json(path, report)
     return report
+
+
+def rl_training_summary(arm_dir: Path) -> dict[str, Any]:
+    """First and last step's mean reward, the run's mean failed-positive fraction and its
+    collapse flag (``rl_summary.json``'s, labelrl.train.collapse; None when not collapsed)."""
+    from labelrl import metrics_keys as K
+    from labelrl.fileio import read_jsonl
+
+    records = read_jsonl(arm_dir / "metrics.jsonl")
+    summary = json.loads((arm_dir / "rl_summary.json").read_text(encoding="utf-8"))
+    return {"steps": len(records), "reward_first": records[0][K.REWARD_MEAN], "reward_last": records[-1][K.REWARD_MEAN],
+            "failed_positive_frac": sum(r[K.FAILED_POSITIVE_FRAC] for r in records) / len(records),
+            "collapse": summary.get("collapse")}

@@ -19,10 +19,11 @@ model's scores on the training sample.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Callable
 
-from labelrl.ladder.arms import evaluate_arm
+from labelrl.ladder.arms import evaluate_arm, rl_training_summary
 from labelrl.ladder.kinds import FAMILY
 from labelrl.ladder.spec import TaskSpec
 
@@ -50,6 +51,17 @@ def _look(result: dict, st: dict, key: str, console) -> None:
         console.print(f"[yellow]weights identical to {result['same_model_as']}'s: {key} result shared, not looked at again[/]")
 
 
+def scored_evaluations(task: TaskSpec, arm_type: str, mode: str) -> list[tuple[str, dict]]:
+    """The evaluations of a finished arm that score its model, in ``evaluate_final``'s order:
+    ``(state key, evaluate_arm keywords)`` (an OOD set's key: ``ood/NAME``). A side-by-side
+    worker runs the same list after training (``evaluate_ahead``)."""
+    out = [("val", {"split": "val"}), ("holdout", {"split": "holdout"})]
+    if FAMILY[arm_type] == "rl" and mode == "direct" and task.generate_eval:
+        out += [("val_generate", {"split": "val", "method": "generate"}),
+                ("holdout_generate", {"split": "holdout", "method": "generate"})]
+    return out + [(f"ood/{name}", {"split": "holdout", "ood": name}) for name in task.ood]
+
+
 def evaluate_final(task: TaskSpec, task_dir: Path, arm_name: str, arm_type: str, cfg, configs: dict, st: dict,
                    save: Callable[[], None], console) -> None:
     """Run every evaluation of the module docstring the task asks for, saving state after each."""
@@ -58,20 +70,15 @@ def evaluate_final(task: TaskSpec, task_dir: Path, arm_name: str, arm_type: str,
     mode, cap = cfg.mode, eval_cap(task, arm_type, cfg, configs)
     at = {"max_new_tokens": cap, "precision": cfg.precision}
     st["eval_max_new_tokens"] = cap
-    st["val"] = summary_metrics(evaluate_arm(task, task_dir, arm_name, mode, "val", **at)["metrics"])
-    save()
-    _look(evaluate_arm(task, task_dir, arm_name, mode, "holdout", **at), st, "holdout", console)
-    save()
-    if FAMILY[arm_type] == "rl" and mode == "direct" and task.generate_eval:
-        st["val_generate"] = summary_metrics(evaluate_arm(task, task_dir, arm_name, mode, "val", method="generate",
-                                                          **at)["metrics"])
-        _look(evaluate_arm(task, task_dir, arm_name, mode, "holdout", method="generate", **at),
-              st, "holdout_generate", console)
-        save()
     st["ood"] = {}
-    for name in task.ood:
-        st["ood"][name] = summary_metrics(evaluate_arm(task, task_dir, arm_name, mode, "holdout", ood=name,
-                                                       **at)["metrics"])
+    for key, where in scored_evaluations(task, arm_type, mode):
+        result = evaluate_arm(task, task_dir, arm_name, mode, **where, **at)
+        if key.startswith("ood/"):
+            st["ood"][where["ood"]] = summary_metrics(result["metrics"])
+        elif where["split"] == "holdout":
+            _look(result, st, key, console)
+        else:
+            st[key] = summary_metrics(result["metrics"])
         save()
     if task.eval_label_cols:
         st["answer_keys"] = answer_keys(task, task_dir, arm_name)
@@ -82,6 +89,35 @@ def evaluate_final(task: TaskSpec, task_dir: Path, arm_name: str, arm_type: str,
     if arm_type == "sft" and wants_train_scores(task) and first_direct_sft(task) == (st.get("replicate_of") or arm_name):
         evaluate_arm(task, task_dir, arm_name, mode, "train", precision=cfg.precision)
         st["train_scores"] = True
+
+
+def evaluate_candidate(task: TaskSpec, task_dir: Path, run: Path, mode: str, cap: int | None, precision: str) -> dict:
+    """A tuning candidate's val evaluation (``labelrl.ladder.tune``), read back when it was written
+    before (a side-by-side worker scores it right after training it)."""
+    from labelrl.evaluate.setup import prepare
+    from labelrl.evaluate.run import EvalConfig, evaluate_and_write
+
+    predictions, report = run.parent / f"{run.name}-val.parquet", run.parent / f"{run.name}-val.json"
+    if report.is_file():
+        return json.loads(report.read_text(encoding="utf-8"))
+    cfg = EvalConfig(run_or_model=str(run), split="val", splits=task_dir, out=predictions, json_path=report,
+                     limit=task.eval_limit, n_boot=task.n_boot, max_new_tokens=cap, precision=precision)
+    setup = prepare(cfg.run_or_model, cfg.data_options(), "val", splits_dir=task_dir, limit=cfg.limit, precision=precision)
+    return evaluate_and_write(setup, cfg)
+
+
+def evaluate_ahead(task: TaskSpec, task_dir: Path, arm_name: str, arm_type: str, mode: str, cap: int | None,
+                   precision: str) -> None:
+    """``scored_evaluations`` of a run a side-by-side worker has just trained, as the ladder would
+    make them (``evaluate_arm`` writes each report; ``evaluate_final`` then reads them back). A run
+    the task stops on collapse is not scored: the ladder spends no look on it."""
+    from labelrl.ladder.collapse import stops_on_collapse
+
+    if FAMILY[arm_type] == "rl":
+        if stops_on_collapse(task, {"train": rl_training_summary(task_dir / arm_name)}):
+            return
+    for _key, where in scored_evaluations(task, arm_type, mode):
+        evaluate_arm(task, task_dir, arm_name, mode, **where, max_new_tokens=cap, precision=precision)
 
 
 def wants_train_scores(task: TaskSpec) -> bool:
@@ -111,8 +147,6 @@ def answer_key(task: TaskSpec, task_dir: Path, col: str) -> dict[str, str]:
 
     key_file = task_dir / col / "answer_key.json"
     if col in task.arms and key_file.is_file():  # a relabel arm
-        import json
-
         labels = json.loads(key_file.read_text(encoding="utf-8"))["labels"]
         return {str(i): str(v) for i, v in labels.items() if v is not None}
     dataset = load_dataset(task.data, text_cols=task.text_col, label_col=col, labels=task.labels and task.labels.split(","),

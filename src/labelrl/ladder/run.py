@@ -22,8 +22,9 @@ from rich.console import Console
 
 from labelrl.fileio import RunLock, atomic_write_json, atomic_write_text
 from labelrl.ladder.analysis import analyse_task
-from labelrl.ladder.arms import LadderStopped, arm_config, train_arm
+from labelrl.ladder.arms import LadderStopped, arm_config, rl_training_summary, train_arm
 from labelrl.ladder.collapse import COLLAPSED, stops_on_collapse
+from labelrl.ladder.evaluations import eval_cap
 from labelrl.train.collapse import collapse_detail
 from labelrl.ladder.kinds import FAMILY, RL_TYPES
 from labelrl.ladder.recipe import Recipe, requires, run_order
@@ -55,7 +56,7 @@ class Ladder:
         self.state["run_dir"] = str(self.run_dir)
         self.state["task_order"] = list(recipe.tasks)  # the JSON is saved with sorted keys
         self._check_finished_arms_unchanged(made_in)
-        self.ahead: dict[Path, float] = {}  # run dir → its share of the wall time it trained side by side
+        self.ahead: dict[Path, dict[str, float]] = {}  # run dir → its shares of the wall time side by side: train, eval
 
     def save(self) -> None:
         atomic_write_json(self.run_dir / STATE_FILE, self.state)
@@ -126,8 +127,10 @@ class Ladder:
             if any(arms.get(dep, {}).get("status") != "done" for dep in requires(task, name)):
                 continue
             cfg = known_config(task, name, self.configs[task_name][name], self.grids[task_name][name], arms)
-            if cfg is not None:
-                jobs.append(Job(name, task.arms[name].type, cfg, self.run_dir / task_name))
+            if cfg is not None:  # the worker scores the run too, as evaluate_final would
+                cap = eval_cap(task, task.arms[name].type, cfg, self.configs[task_name])
+                jobs.append(Job(name, task.arms[name].type, cfg, self.run_dir / task_name,
+                                evaluate={"kind": "final", "arm": name, "task": task.model_dump(mode="json"), "cap": cap}))
         self.ahead.update(train_side_by_side(jobs, self.recipe.workers, self.console))
 
     def run_arm(self, task_name: str, task: TaskSpec, arm_name: str) -> None:
@@ -152,7 +155,7 @@ class Ladder:
         self.console.rule(f"{task_name}/{arm_name} ({arm.type}{', from ' + arm.from_ if arm.from_ else ''})")
         st["status"] = "running"
         self.save()
-        start = time.monotonic() - (self.ahead.get(Path(cfg.out), 0.0) if hasattr(cfg, "out") else 0.0)
+        start = time.monotonic() - (sum(self.ahead.get(Path(cfg.out), {}).values()) if hasattr(cfg, "out") else 0.0)
         try:
             self._train_and_evaluate(task, self.run_dir / task_name, arm_name, arm.type, cfg, st)
             st["status"] = COLLAPSED if stops_on_collapse(task, st) else "done"
@@ -188,7 +191,8 @@ class Ladder:
             self.state["tasks"][task_dir.name]["arms"], self.save, self.console, self.recipe.workers)
         st["config"] = cfg.model_dump(mode="json")
         train_arm(arm_type, cfg, task_dir, self.console)
-        started -= self.ahead.pop(Path(cfg.out), 0.0)  # its share of the time it trained side by side, ahead
+        ahead = self.ahead.pop(Path(cfg.out), {})  # its shares of the time it trained and was scored side by side
+        started -= ahead.get("train", 0.0)
         if FAMILY[arm_type] == "distill":
             summary = json.loads((task_dir / arm_name / "traces.summary.json").read_text(encoding="utf-8"))
             st["survival"] = summary["overall"]
@@ -202,7 +206,7 @@ class Ladder:
                 return
         started = time.monotonic()
         evaluate_final(task, task_dir, arm_name, arm_type, cfg, self.configs[task_dir.name], st, self.save, self.console)
-        st["seconds_eval"] = time.monotonic() - started
+        st["seconds_eval"] = time.monotonic() - started + ahead.get("eval", 0.0)
 
     def _derive(self, task_dir: Path, arm_name: str, cfg, st: dict) -> None:
         """A threshold arm: its parent's scores with rules chosen on val (no training, no new look)."""
@@ -228,19 +232,6 @@ def _rl_fields(cfg) -> dict[str, Any]:
     if preset.estimator == "corpo":
         algorithm["estimator.threshold"] = cfg.threshold
     return {"preset": cfg.preset, "algorithm": algorithm}
-
-
-def rl_training_summary(arm_dir: Path) -> dict[str, Any]:
-    """First and last step's mean reward, the run's mean failed-positive fraction and its
-    collapse flag (``rl_summary.json``'s, labelrl.train.collapse; None when not collapsed)."""
-    from labelrl import metrics_keys as K
-    from labelrl.fileio import read_jsonl
-
-    records = read_jsonl(arm_dir / "metrics.jsonl")
-    summary = json.loads((arm_dir / "rl_summary.json").read_text(encoding="utf-8"))
-    return {"steps": len(records), "reward_first": records[0][K.REWARD_MEAN], "reward_last": records[-1][K.REWARD_MEAN],
-            "failed_positive_frac": sum(r[K.FAILED_POSITIVE_FRAC] for r in records) / len(records),
-            "collapse": summary.get("collapse")}
 
 
 def prepare_task(task: TaskSpec, task_dir: Path, seed: int, run_seeds: list[int] | None = None) -> dict[str, Any]:

@@ -16,9 +16,15 @@ The workers are started once per ladder and kept (a worker's imports cost second
 W > 1 every SFT and RL run of the ladder trains in a worker with the same thread count, alone or
 beside another, so a run's arithmetic does not depend on what it ran beside (a product summed by
 one thread rounds differently from one split over two). A worker writes the run's files only;
-the ladder then finds the run finished (``labelrl.ladder.arms.train_finished``) and evaluates it
-in its own process as before. A run whose worker fails leaves nothing the ladder uses: the ladder
-trains it itself and reports its error as usual (an RL run resumes from its last checkpoint).
+the ladder then finds the run finished (``labelrl.ladder.arms.train_finished``). The worker also
+scores the run it trained (``Job.evaluate``): a tuning candidate on val, any other run with every
+evaluation that scores its model (``labelrl.ladder.evaluations.scored_evaluations``: val, the
+holdout look, out-of-domain holdouts). Scoring, too, keeps two one-thread processes busier than
+one two-thread process. Each evaluation writes its report, and the ladder's own evaluation reads
+it back instead of scoring again, so the files, the ledger and the state are those of a ladder
+without workers. A run whose worker fails leaves nothing the ladder uses: the ladder trains it
+itself (an RL run resumes from its last checkpoint), scores what was not scored, and reports
+its error as usual.
 Each run's console output is kept beside it, in ``RUN.worker.log``. What a worker runs is in
 ``labelrl.ladder.worker``, which imports nothing heavy, so the thread count is set before torch
 loads.
@@ -54,6 +60,7 @@ class Job:
     arm_type: str
     cfg: BaseModel
     task_dir: Path
+    evaluate: dict | None = None  # what the worker scores after training (labelrl.ladder.worker.run_job)
 
     @property
     def out(self) -> Path:
@@ -63,7 +70,7 @@ class Job:
         """What a worker rebuilds the job from (plain values: it crosses a process boundary)."""
         cls = type(self.cfg)
         return {"arm_type": self.arm_type, "config_class": f"{cls.__module__}:{cls.__qualname__}",
-                "config": self.cfg.model_dump(mode="json"), "task_dir": str(self.task_dir)}
+                "config": self.cfg.model_dump(mode="json"), "task_dir": str(self.task_dir), "evaluate": self.evaluate}
 
 
 def cores() -> int:
@@ -111,9 +118,10 @@ def _submit(pool: ProcessPoolExecutor, job: Job) -> Future:
     return pool.submit(run_job, job.spec(), str(log))  # labelrl.ladder.worker, in the worker
 
 
-def train_side_by_side(jobs: list[Job], workers: int, console: Console) -> dict[Path, float]:
-    """Train every job not finished yet, ``workers`` at a time; returns each job's share of the
-    wall time (the batch's wall time split in proportion to the jobs' own times), by run dir."""
+def train_side_by_side(jobs: list[Job], workers: int, console: Console) -> dict[Path, dict[str, float]]:
+    """Train (and score) every job not finished yet, ``workers`` at a time; returns by run dir
+    each job's share of the wall time, ``{"train": s, "eval": s}`` (the batch's wall time split in
+    proportion to the jobs' own times)."""
     todo = [j for j in jobs if not train_finished(j.arm_type, j.out)]
     if not todo:
         return {}
@@ -137,9 +145,10 @@ def train_side_by_side(jobs: list[Job], workers: int, console: Console) -> dict[
                 console.print(f"[yellow]  {job.name}: its worker failed ({type(exc).__name__}: {exc}; log: "
                               f"{log_path(job.out)}); it is trained in the ladder's process instead[/]")
                 continue
-            console.print(f"  {job.name}: trained in {took[job.out]:.0f} s")
+            train, scoring = took[job.out]["train"], took[job.out]["eval"]
+            console.print(f"  {job.name}: trained in {train:.0f} s" + (f", scored in {scoring:.0f} s" if scoring else ""))
     except BaseException:
         close_workers(kill=True)
         raise
-    wall, total = time.monotonic() - started, sum(took.values()) or 1.0
-    return {out: wall * t / total for out, t in took.items()}
+    wall, total = time.monotonic() - started, sum(sum(t.values()) for t in took.values()) or 1.0
+    return {out: {part: wall * s / total for part, s in t.items()} for out, t in took.items()}

@@ -40,6 +40,7 @@ from rich.console import Console
 
 from labelrl.fileio import atomic_write_json, atomic_write_text
 from labelrl.ladder.arms import LadderStopped, train_arm
+from labelrl.ladder.evaluations import eval_cap, evaluate_candidate
 from labelrl.ladder.layout import eval_paths
 from labelrl.ladder.side_by_side import Job, train_side_by_side
 from labelrl.ladder.spec import TaskSpec
@@ -121,25 +122,10 @@ def tie_text(records: list[dict], found: dict | None) -> str | None:
     return f"{head}: broken by val {found['broken_by']} ({by})"
 
 
-def evaluate_candidate(task: TaskSpec, task_dir: Path, run: Path, mode: str, cap: int | None, precision: str) -> dict:
-    """The candidate's val evaluation (module docstring), read back when it was written before."""
-    from labelrl.evaluate.setup import prepare
-    from labelrl.evaluate.run import EvalConfig, evaluate_and_write
-
-    predictions, report = run.parent / f"{run.name}-val.parquet", run.parent / f"{run.name}-val.json"
-    if report.is_file():
-        return json.loads(report.read_text(encoding="utf-8"))
-    cfg = EvalConfig(run_or_model=str(run), split="val", splits=task_dir, out=predictions, json_path=report,
-                     limit=task.eval_limit, n_boot=task.n_boot, max_new_tokens=cap, precision=precision)
-    setup = prepare(cfg.run_or_model, cfg.data_options(), "val", splits_dir=task_dir, limit=cfg.limit, precision=precision)
-    return evaluate_and_write(setup, cfg)
-
-
 def _run_candidate(task: TaskSpec, task_dir: Path, arm_type: str, cfg: BaseModel, values: dict, configs: dict,
                    console: Console) -> dict:
     """Train one candidate (kept when finished) and score it on val; a failure is recorded, not raised."""
     from labelrl.evaluate.ledger import summary_metrics
-    from labelrl.ladder.evaluations import eval_cap
 
     out = Path(cfg.out)
     record = {"values": values, "dir": out.relative_to(task_dir.parent).as_posix(), "status": "done", "val": None,
@@ -211,8 +197,9 @@ def tune_arm(task: TaskSpec, task_dir: Path, arm_name: str, arm_type: str, cfg: 
                   "candidates": records}
     names = candidate_names(grid.candidates)
     candidates = [with_values(cfg, values, out=arm_dir / TUNE_DIR / name) for values, name in zip(grid.candidates, names)]
-    if workers > 1:  # every candidate's training first, side by side; then each is scored here, in order
-        train_side_by_side([Job(f"{arm_name}: {values_text(v)}", arm_type, c, task_dir)
+    if workers > 1:  # every candidate trained and scored on val side by side; then read back here, in order
+        scored = {"kind": "candidate", "task": task.model_dump(mode="json"), "cap": eval_cap(task, arm_type, cfg, configs)}
+        train_side_by_side([Job(f"{arm_name}: {values_text(v)}", arm_type, c, task_dir, evaluate=scored)
                             for v, c in zip(grid.candidates, candidates)], workers, console)
     for values, candidate in zip(grid.candidates, candidates):
         records.append(_run_candidate(task, task_dir, arm_type, candidate, values, configs, console))

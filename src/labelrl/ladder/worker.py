@@ -23,14 +23,15 @@ def start_worker(threads: int) -> None:
     torch.set_num_threads(threads)
 
 
-def run_job(spec: dict, log: str) -> float:
-    """Train one run (``train_arm``, as the ladder would) with this process's output in ``log``;
-    returns the seconds it took. An error is written to the log and raised to the ladder."""
+def run_job(spec: dict, log: str) -> dict[str, float]:
+    """Train one run (``train_arm``, as the ladder would), then score it as ``spec["evaluate"]``
+    asks (``evaluate``), with this process's output in ``log``; returns the seconds each took,
+    ``{"train": s, "eval": s}``. An error is written to the log and raised to the ladder."""
     from rich.console import Console
 
     from labelrl.ladder.arms import train_arm
 
-    started = time.monotonic()
+    started, took = time.monotonic(), {"train": 0.0, "eval": 0.0}
     sys.stdout.flush()
     sys.stderr.flush()
     saved = os.dup(1), os.dup(2)
@@ -41,6 +42,10 @@ def run_job(spec: dict, log: str) -> float:
             module, name = spec["config_class"].split(":")
             cfg = getattr(importlib.import_module(module), name).model_validate(spec["config"])
             train_arm(spec["arm_type"], cfg, Path(spec["task_dir"]), Console(file=sys.stdout))
+            took["train"] = time.monotonic() - started
+            if spec.get("evaluate"):
+                evaluate(spec["evaluate"], spec["arm_type"], cfg, Path(spec["task_dir"]))
+                took["eval"] = time.monotonic() - started - took["train"]
         except BaseException:
             traceback.print_exc()
             raise
@@ -51,4 +56,22 @@ def run_job(spec: dict, log: str) -> float:
                 os.dup2(copy, fd)
                 os.close(copy)
     gc.collect()  # the run's model and optimizer go before the next run loads its own
-    return time.monotonic() - started
+    return took
+
+
+def evaluate(what: dict, arm_type: str, cfg, task_dir: Path) -> None:
+    """Score the run just trained: ``{"kind": "candidate"}``, a tuning candidate on val
+    (``labelrl.ladder.evaluations.evaluate_candidate``); ``{"kind": "final", "arm": NAME}``, every
+    evaluation that scores an arm's model (``labelrl.ladder.evaluations.evaluate_ahead``). Both
+    carry the task, the generation cap and the precision the ladder would score with."""
+    from labelrl.ladder.spec import TaskSpec
+
+    task = TaskSpec.model_validate(what["task"])
+    if what["kind"] == "candidate":
+        from labelrl.ladder.evaluations import evaluate_candidate
+
+        evaluate_candidate(task, task_dir, Path(cfg.out), cfg.mode, what["cap"], cfg.precision)
+    else:
+        from labelrl.ladder.evaluations import evaluate_ahead
+
+        evaluate_ahead(task, task_dir, what["arm"], arm_type, cfg.mode, what["cap"], cfg.precision)
