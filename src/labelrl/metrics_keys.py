@@ -24,6 +24,15 @@ PARSE_FAIL_FRAC = "rollout/parse_fail_frac"
 ANSWER_SHARE = "rollout/answer_share"  # + "/<label>": share of the step's parsed answers (collapse detector)
 ANSWER_RECALL = "rollout/answer_recall"  # + "/<label>": share of the label's rollouts answering it (collapse detector)
 TOKENS_PER_S = "rollout/tokens_per_s"
+ENTROPY_MEAN = "rollout/entropy_mean"  # the policy's entropy per completion token (training pass), mean
+ENTROPY_P10 = "rollout/entropy_p10"  # … and its 10th percentile
+
+# mismatch/: the sampler's log-probs of its tokens against the training pass's (labelrl.losses.rollout_correction)
+MISMATCH_KL = "mismatch/kl"  # k3 estimate of KL(sampler ‖ trainer) per token
+MISMATCH_LOGP_DIFF_MEAN = "mismatch/logp_diff_mean"  # mean |log π − log q| per token
+MISMATCH_LOGP_DIFF_MAX = "mismatch/logp_diff_max"  # largest |log π − log q|
+MISMATCH_CLIPPED_FRAC = "mismatch/clipped_frac"  # *_truncate: share of tokens / sequences whose ratio was clipped
+MISMATCH_MASKED_FRAC = "mismatch/masked_frac"  # *_mask: share of tokens / sequences dropped
 
 # groups/: the skip rule and what it does to the label mix
 UNIFORM_FRAC = "groups/uniform_frac"

@@ -130,3 +130,27 @@ def test_mask_must_be_bool_and_shaped_like_rewards():
         compute_advantages(torch.zeros(4), 2, "grpo", mask=torch.ones(2, dtype=torch.bool))
     with pytest.raises(ValueError, match="bool"):
         compute_advantages(torch.zeros(4), 2, "grpo", mask=torch.ones(4))
+
+
+@pytest.mark.parametrize("estimator", ["grpo", "dr_grpo", "rloo"])
+def test_scale_flags_choose_the_same_divisor_for_every_estimator(estimator):
+    # The baseline is the estimator's own; scale_by_std / batch_std (what --scale sets) divide it
+    # by the group's sample std, the batch's, or nothing, alike for every estimator.
+    rewards = torch.tensor([[0.2, 0.4, 0.4, 1.0], [0.0, 0.0, 1.0, 1.0], [0.5, 0.5, 0.5, 0.5]], dtype=torch.float64)
+    none = compute_advantages(rewards, 4, estimator, scale_by_std=False, batch_std=False)
+    group = compute_advantages(rewards, 4, estimator, scale_by_std=True, batch_std=False)
+    batch = compute_advantages(rewards, 4, estimator, scale_by_std=False, batch_std=True)
+    # group stds 0.346410, 0.577350, 0 (the uniform group stays exactly 0); batch: mean 0.5, squared
+    # deviations 0.36 + 1.0 + 0 = 1.36 over 11 → std 0.351620
+    torch.testing.assert_close(group, none / (rewards.std(dim=1, keepdim=True) + 1e-6))
+    torch.testing.assert_close(batch, none / (rewards.reshape(-1).std() + 1e-6))
+    assert rewards.reshape(-1).std().item() == pytest.approx(0.351620, abs=1e-6)
+    assert torch.equal(group[2], torch.zeros(4, dtype=torch.float64)) and torch.equal(batch[2], group[2])
+    assert not torch.allclose(group, batch) and not torch.allclose(group, none)
+
+
+@pytest.mark.parametrize("estimator", ["dr_grpo", "rloo", "corpo"])
+def test_group_and_batch_std_together_are_refused(estimator):
+    options = {"threshold": 0.5} if estimator == "corpo" else {}
+    with pytest.raises(ValueError, match="batch_std=True replaces the group std"):
+        compute_advantages(torch.tensor([0.0, 1.0]), 2, estimator, scale_by_std=True, batch_std=True, **options)

@@ -56,3 +56,9 @@ def test_two_member_group_is_plus_minus_one_over_sqrt2():
     # [0, 1]: mean 0.5, sample std = sqrt(0.5) = 0.707107 → A = ±0.5 / 0.707107 = ±0.707107
     adv = compute_advantages(torch.tensor([0.0, 1.0], dtype=torch.float64), 2, "grpo", eps=1e-12)
     torch.testing.assert_close(adv, torch.tensor([-0.5**0.5, 0.5**0.5], dtype=torch.float64))
+
+
+def test_without_the_std_it_is_dr_grpo():
+    # scale_by_std=False (--scale none): r − group mean, bit for bit Dr. GRPO's advantage
+    rewards = torch.tensor([0.2, 0.4, 0.4, 1.0, 0.0, 1.0, 1.0, 1.0], dtype=torch.float64)
+    assert torch.equal(compute_advantages(rewards, 4, "grpo", scale_by_std=False), compute_advantages(rewards, 4, "dr_grpo"))

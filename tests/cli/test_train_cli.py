@@ -53,3 +53,19 @@ def test_help_shows_every_config_field():
     assert result.returncode == 0
     for name in RLConfig.model_fields:
         assert "--" + name.replace("_", "-") in result.stdout, name
+
+
+def test_gspo_with_batch_scale_runs_and_its_config_names_both(toy_data, tmp_path):
+    # gspo through the real loop with two passes over the batch (its ratio is 1 on the first only);
+    # the saved config records the scale in force, and CoRPO refuses a std division in one line
+    rl = _labelrl("rl", "--model", "tiny-random", "--data", str(toy_data), "--out", "rl", "--preset", "gspo",
+                  "--scale", "batch", "--ppo-epochs", "2", "--group-size", "2", "--prompts-per-step", "2",
+                  "--max-new-tokens", "4", "--steps", "1", "--no-val-path", "--quiet", cwd=tmp_path)
+    assert rl.returncode == 0, rl.stderr
+    saved = yaml.safe_load((tmp_path / "rl" / "rl_config.yaml").read_text())
+    assert (saved["preset"], saved["scale"], saved["ppo_epochs"]) == ("gspo", "batch", 2)
+    assert [r["step"] for r in read_jsonl(tmp_path / "rl" / "metrics.jsonl")] == [1]
+    bad = _labelrl("rl", "--data", "sms-spam", "--out", "x", "--preset", "corpo", "--threshold", "0.5",
+                   "--scale", "group", cwd=tmp_path)
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr
+    assert "scale='group' with estimator corpo" in " ".join(bad.stderr.split())

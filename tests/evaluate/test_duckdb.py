@@ -33,6 +33,7 @@ def _step_rows(step: int, rewards: list[float]) -> dict[str, list]:
         "advantage": [r - 0.5 for r in rewards],
         "group_uniform": [False] * n,
         "skipped": [False] * n,
+        "sampler_logprobs": [[-0.5] * (5 + i) for i in range(n)],
     }
     assert set(rows) == set(ROLLOUT_SCHEMA.names)
     return rows

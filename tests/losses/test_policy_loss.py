@@ -51,7 +51,7 @@ def test_negative_beta_is_refused():
 
 
 def test_unknown_names_list_the_known_ones():
-    with pytest.raises(ValueError, match="clip, pg"):
+    with pytest.raises(ValueError, match="clip, gspo, pg"):
         policy_loss(torch.zeros(2, 3), torch.zeros(2, 3), torch.ones(2), MASK, surrogate="ppo", aggregation="token_mean")
     with pytest.raises(ValueError, match="seq_mean_token_mean"):
         policy_loss(torch.zeros(2, 3), torch.zeros(2, 3), torch.ones(2), MASK, surrogate="pg", aggregation="sum")
@@ -72,3 +72,14 @@ def test_clip_stats_count_binding_clipped_tokens():
     assert stats["clip_low_frac"] == pytest.approx(1 / 5)
     assert stats["ratio_mean"] == pytest.approx((1.6487213 + 1 + 0.6065307 + 1 + 1) / 5, abs=1e-6)
     assert stats["kl"] == 0.0
+
+
+def test_gspo_stats_count_every_token_of_a_clipped_sequence():
+    old = torch.zeros(2, 3)
+    # row 0 (A = +1): log ratios 0.5, 0.3 → s = e^0.4 = 1.4918 > 1.28, clipped high on its 2 tokens
+    # (the padded 5.0 is ignored); row 1 (A = −1): 0.1, −0.1, 0 → s = 1, not clipped
+    logp = torch.tensor([[0.5, 0.3, 5.0], [0.1, -0.1, 0.0]])
+    _, stats = policy_loss(logp, old, torch.tensor([1.0, -1.0]), MASK, surrogate="gspo", aggregation="token_mean", eps_low=0.2, eps_high=0.28)
+    assert stats["clip_high_frac"] == pytest.approx(2 / 5)
+    assert stats["clip_low_frac"] == 0.0
+    assert stats["ratio_mean"] == pytest.approx((2 * 1.4918247 + 3 * 1.0) / 5, abs=1e-6)

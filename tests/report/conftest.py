@@ -108,6 +108,7 @@ def rollout_rows(labels: LabelSpace, step: int, seed: int, corpo: bool, tau: flo
             rows["advantage"].append(float(rewards[i] - baseline))
             rows["group_uniform"].append(uniform)
             rows["skipped"].append(uniform)
+    rows["sampler_logprobs"] = [[-0.5] * n for n in rows["completion_tokens"]]  # one per token, as a sampler logs
     return rows
 
 
@@ -124,7 +125,10 @@ def step_metrics(rows: dict[str, list], labels: LabelSpace, corpo: bool, tau: fl
               K.TRUNCATED_FRAC: float(np.mean(rows["truncated"])), K.THINK_CLOSED_FRAC: float(np.mean(rows["think_closed"])),
               K.UNIFORM_FRAC: float(uniform.mean()),
               K.FAILED_POSITIVE_FRAC: float((failed & (adv > 0)).sum() / max(failed.sum(), 1)),
-              K.FAILED_POSITIVE_COUNT: float((failed & (adv > 0)).sum())}
+              K.FAILED_POSITIVE_COUNT: float((failed & (adv > 0)).sum()),
+              # the policy's entropy falling step by step; a bf16 sampler's gap to the trainer
+              K.ENTROPY_MEAN: 3.0 - 0.4 * rows["step"][0], K.ENTROPY_P10: 1.0 - 0.1 * rows["step"][0],
+              K.MISMATCH_KL: 3e-4 + 1e-5 * rows["step"][0], K.MISMATCH_LOGP_DIFF_MEAN: 0.02}
     kept = [lab for lab, u in zip(group_labels, uniform) if not u]
     for label in labels.labels:
         record[K.per_label(K.LABEL_SHARE_INFORMATIVE, label)] = kept.count(label) / len(kept) if kept else 0.0

@@ -41,6 +41,7 @@ def _rows() -> dict[str, list]:
                                ("think_closed", True), ("parse_status", "ok"), ("answer", answer), ("reward", reward),
                                ("advantage", reward - mean), ("group_uniform", False), ("skipped", False)):
                 rows[key].append(value)
+    rows["sampler_logprobs"] = [[-0.5] * 5 for _ in rows["step"]]  # one per token, as a sampler logs
     return rows
 
 

@@ -26,6 +26,7 @@ def all_figures(arms_task):
     grpo, corpo, sft = arms["grpo"], arms["corpo"], arms["sft"]
     return {
         "reward": F.reward_accuracy_figure("grpo", grpo.steps, grpo.rollout_steps, 0.96),
+        "entropy": F.entropy_mismatch_figure("grpo", grpo.steps),
         "sft": F.sft_eval_figure("sft", sft.sft_records, 0.96),
         "length": F.length_figure("grpo", grpo.steps),
         "tax": F.truncation_tax_figure("grpo", grpo.length_buckets),
@@ -67,6 +68,31 @@ def test_reward_figure_plots_the_logged_and_computed_series_with_the_ceiling(arm
     fig = F.reward_accuracy_figure("grpo", grpo.steps, grpo.rollout_steps, None)
     assert not any(label.startswith("label ceiling") for label in _lines(fig.axes[1]))
     plt.close(fig)
+
+
+def test_entropy_figure_plots_the_logged_entropy_and_mismatch_per_step(arms):
+    grpo = arms[0]["grpo"]
+    fig = F.entropy_mismatch_figure("grpo", grpo.steps)
+    left, right = fig.axes
+    assert list(_lines(left)["mean"].get_ydata()) == [s[K.ENTROPY_MEAN] for s in grpo.steps]
+    assert list(_lines(left)["10th percentile"].get_ydata()) == [s[K.ENTROPY_P10] for s in grpo.steps]
+    assert list(_lines(right)["k3 KL(sampler ‖ trainer)"].get_ydata()) == [s[K.MISMATCH_KL] for s in grpo.steps]
+    assert right.get_yscale() == "log"
+    plt.close(fig)
+
+
+def test_the_report_shows_the_entropy_figure_of_each_rl_arm_that_logged_it(arms):
+    from labelrl.report.step_curves import curves
+
+    class Sink:
+        def image(self, name, caption, draw):
+            return name
+
+    arms_by_name, task = arms
+    names = [block for block in curves(task, Sink()) if isinstance(block, str)]
+    rl_arms = [a.name for a in task.arms if a.is_rl and a.steps]
+    assert rl_arms and all(f"spam-{a}-entropy" in names for a in rl_arms)
+    assert not any(n.endswith("-entropy") and "sft" in n for n in names)
 
 
 def test_sft_figure_plots_only_the_eval_steps_with_the_ceiling(arms):

@@ -365,3 +365,46 @@ def test_adapter_blocks_give_the_block_diagonal_products_values_and_gradients(mo
         * m.scaling["default"]
         for m in (attn.q_proj, attn.k_proj, attn.v_proj, mlp.gate_proj, mlp.up_proj)], dim=-1)
     assert torch.equal(results["blocks"][0].double(), dense)
+
+
+def full_logits_entropy(model, prompts, completions, group_size):
+    """Per completion, the entropy −Σ p log p (fp64) of the full logits of one plain forward over
+    its prompt and completion, at the positions that predict its tokens; and the largest
+    E_p|z − E_p z| over them (how far a logit error moves H: dH = −Σ_v p_v (z_v − E_p z) dz_v)."""
+    rows, spread = [], 0.0
+    for r, completion in enumerate(completions):
+        prompt = prompts[r // group_size]
+        with torch.no_grad():
+            logits = model(input_ids=torch.tensor([prompt + completion[:-1]])).logits[0].double()
+        z = logits[len(prompt) - 1 : len(prompt) - 1 + len(completion)]
+        p = torch.softmax(z, -1)
+        rows.append(-(p * torch.log_softmax(z, -1)).sum(-1))
+        spread = max(spread, float((p * (z - (p * z).sum(-1, keepdim=True)).abs()).sum(-1).max()))
+    return rows, spread
+
+
+@pytest.mark.numerics
+@pytest.mark.parametrize("route", ["lean", "module"])
+def test_the_entropy_of_either_pass_is_the_full_logits_entropy(route, monkeypatch):
+    """Both passes' entropy at every completion position against the full logits of a plain
+    forward; detached while the log-probs keep their gradient; the log-probs unchanged by asking."""
+    import contextlib
+
+    model = lora(tiny_llama())
+    ran = lean_calls(monkeypatch)
+    with module_pass() if route == "module" else contextlib.nullcontext():
+        values, mask, entropy = completion_logprobs_shared(model, PREFIXED, COMPLETIONS, G, pad_token_id=0,
+                                                           with_entropy=True)
+        with torch.no_grad():
+            plain, _ = shared(model)
+    assert ran == ([1, 1] if route == "lean" else [])
+    assert values.requires_grad and not entropy.requires_grad
+    assert torch.equal(values.detach(), plain)  # asking for the entropy changes no log-prob
+    exact, spread = full_logits_entropy(model, PREFIXED, COMPLETIONS, G)
+    tolerance = logprob_bound(model, PREFIXED_LONGEST) * (1 + spread)
+    for r, completion in enumerate(COMPLETIONS):
+        assert_values_within(entropy[r, : len(completion)], exact[r].float(), tolerance, f"entropy of row {r}")
+    assert torch.equal(entropy[~mask], torch.zeros(int((~mask).sum())))  # nothing past a completion's end
+    # a random tiny model spreads its mass: the entropies are far from 0 and differ by position
+    flat = torch.cat(exact)
+    assert float(flat.min()) > 1.0 and float(flat.max() - flat.min()) > 10 * tolerance

@@ -87,3 +87,29 @@ def test_a_projection_that_trains_is_refused():
     hidden, weight, b, targets = inputs()
     with pytest.raises(ValueError, match="no gradient"):
         token_logprobs(hidden, weight.requires_grad_(), b, targets)
+
+
+@pytest.mark.parametrize("width", [1, 100, VOCAB])
+@pytest.mark.parametrize("bias", [True, False])
+def test_the_entropy_is_the_softmax_s_at_any_slice_width_and_carries_no_gradient(width, bias, monkeypatch):
+    monkeypatch.setattr(module, "MIN_SLICE", 1)
+    monkeypatch.setattr(module, "SLICE_BYTES", 4 * ROWS * width)
+    hidden, weight, b, targets = inputs(bias=bias)
+    h = hidden.clone().requires_grad_()
+    values, entropy = token_logprobs(h, weight, b, targets, with_entropy=True)
+    logits = hidden.double() @ weight.double().t() + (0 if b is None else b.double())
+    exact = -(torch.softmax(logits, -1) * torch.log_softmax(logits, -1)).sum(-1)  # −Σ p log p, fp64
+    # H = normaliser − h·E_p[w] − E_p[b]: the normaliser's bound, and the expected row and bias
+    # (V-term sums with the normaliser's rescalings, relative error γ_{V+2S} of E_p[|h|·|w_v| + |b_v|])
+    # dotted with h (γ_H of the same); L bounds every logit, as in the log-probs' bound above
+    terms = hidden.abs().double() @ weight.abs().double().t() + (0 if b is None else b.abs().double())
+    magnitude, expected_terms = float(terms.max()), float((torch.softmax(logits, -1) * terms).sum(-1).max())
+    slices = math.ceil(VOCAB / min(width, VOCAB))
+    u, accumulate = unit_roundoff(torch.float32), gamma(VOCAB + 2 * slices, torch.float32)
+    bound = (3 * gamma(HIDDEN, torch.float32) * magnitude + 4 * u * magnitude + accumulate * (1 + 2 * expected_terms)
+             + u * (2 * math.log(VOCAB) + 1))
+    # tight enough that a slice lost or a rescaling missed (errors of 0.1 nats and more) shows
+    assert (entropy.double() - exact).abs().max() <= bound and bound < 0.1
+    assert not entropy.requires_grad and float(exact.max()) > 1  # spread-out rows among them, not a trivial 0
+    # the log-probs are those without the entropy, bit for bit
+    assert torch.equal(values.detach(), token_logprobs(hidden, weight, b, targets))

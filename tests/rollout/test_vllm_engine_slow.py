@@ -8,7 +8,8 @@
   old policy's (the sync really happened, tied embedding and head included);
 * a LoRA run's adapter reaches the engine (a trained adapter changes the engine's samples
   to the ones labelrl draws from the adapted model);
-* ``labelrl rl --backend vllm`` runs through the command line with LoRA.
+* ``labelrl rl --backend vllm`` runs through the command line with LoRA, and logs the gap between
+  the engine's log-probs and the training pass's, and the share ``sequence_mask`` drops.
 
 The engine runs in fp32 here so that equality can be asked of it; its bf16 kernels round
 differently from torch's, so in bf16 the comparison would be of distributions, not tokens.
@@ -185,6 +186,34 @@ def test_rl_with_the_vllm_backend_through_the_command_line(tmp_path):
     metrics = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert [m["step"] for m in metrics] == [1, 2]
     assert (out / "model" / "adapter_config.json").is_file()
+
+
+def test_rl_with_the_vllm_backend_logs_the_mismatch_and_the_share_sequence_mask_drops(tmp_path):
+    # The raw model never answers in format, so every group is uniform: the skip rule is off so
+    # that the training pass runs and measures the engine against itself.
+    require_vllm()
+    out = tmp_path / "rl"
+    env = {**os.environ, "OMP_NUM_THREADS": "2"}
+    args = [sys.executable, "-m", "labelrl.cli.main", "rl", "--model", "smollm2-135m-instruct", "--data", "sms-spam",
+            "--backend", "vllm", "--lora", "--steps", "2", "--group-size", "2", "--prompts-per-step", "2",
+            "--max-new-tokens", "12", "--limit", "16", "--no-skip-uninformative", "--no-val-path",
+            "--rollout-correction", "sequence_mask", "--out", str(out), "--quiet"]
+    done = subprocess.run(args, env=env, capture_output=True, text=True, timeout=1200)
+    assert done.returncode == 0, done.stderr[-3000:]
+    import pandas as pd
+
+    from labelrl import metrics_keys as K
+
+    rollouts = pd.read_parquet(out / "rollouts")
+    assert (rollouts["sampler_logprobs"].map(len) == rollouts["completion_tokens"]).all()
+    assert all(v <= 0 for row in rollouts["sampler_logprobs"] for v in row)
+    metrics = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [m["step"] for m in metrics] == [1, 2]
+    for m in metrics:
+        # vLLM's kernels round otherwise than the training pass: a gap, and a small one
+        assert 0 < m[K.MISMATCH_KL] < 0.05 and 0 < m[K.MISMATCH_LOGP_DIFF_MEAN] <= m[K.MISMATCH_LOGP_DIFF_MAX]
+        assert 0 <= m[K.MISMATCH_MASKED_FRAC] <= 1 and K.MISMATCH_CLIPPED_FRAC not in m
+        assert m[K.ENTROPY_MEAN] > 0
 
 
 def test_a_vllm_that_does_not_import_fails_on_x86_64_linux_and_skips_elsewhere(monkeypatch):

@@ -250,10 +250,11 @@ def test_texts_name_label_and_step_or_the_inheritance():
 
 
 def write_run(run_dir, ham_shares: list[float], val: list[tuple[int, float, dict | None]] | None = None,
-              recall: bool = True):
+              recall: bool = True, entropy: list[float] | None = None):
     """metrics.jsonl with ham's answer share per step and information-free recalls (``blind``;
     none with ``recall=False``, as a file written before they were logged), and optionally
-    val_path.jsonl as the in-loop val scoring writes it: (step, ham's share, recall or ``blind``'s)."""
+    val_path.jsonl as the in-loop val scoring writes it: (step, ham's share, recall or ``blind``'s);
+    ``entropy``: ``rollout/entropy_mean`` per step."""
     run_dir.mkdir(parents=True, exist_ok=True)
     with open(run_dir / "metrics.jsonl", "w", encoding="utf-8") as f:
         for step, s, r in ham(*ham_shares):
@@ -261,6 +262,8 @@ def write_run(run_dir, ham_shares: list[float], val: list[tuple[int, float, dict
                       f"{K.LABEL_SHARE_DATA}/ham": 0.5, f"{K.LABEL_SHARE_DATA}/spam": 0.5}
             if recall:
                 record |= {f"{K.ANSWER_RECALL}/ham": r["ham"], f"{K.ANSWER_RECALL}/spam": r["spam"]}
+            if entropy is not None:
+                record[K.ENTROPY_MEAN] = entropy[step - 1]
             f.write(json.dumps(record) + "\n")
     if val is not None:
         with open(run_dir / "val_path.jsonl", "w", encoding="utf-8") as f:
@@ -274,6 +277,42 @@ def test_rollouts_alone_when_there_is_no_val_path(tmp_path):
     run = write_run(tmp_path / "run", [0.5, 0.5, 1.0, 1.0, 1.0, 1.0])
     assert detect_collapse(run) == {"label": "ham", "step": 3, "share": 1.0, "lift": 0.0, "inherited": False,
                                     "series": "rollouts"}
+
+
+# The entropy before a collapse (module docstring): k = 3, collapse at step 8 (steps 8–10 all ham).
+# early window: steps 1–3; before window: the last 3 steps before 8 outside it, steps 5–7.
+COLLAPSING = [0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 1.0, 1.0, 1.0]
+
+
+def test_the_note_says_entropy_fell_before_the_collapse(tmp_path):
+    # early mean (2.0 + 2.2 + 1.8) / 3 = 2.0; before mean (1.5 + 1.4 + 1.3) / 3 = 1.4 < 0.8 × 2.0 = 1.6 → fell.
+    # Steps 4 (2.5, between the windows) and 8–10 (0.1, the collapse itself) must not count.
+    entropy = [2.0, 2.2, 1.8, 2.5, 1.5, 1.4, 1.3, 0.1, 0.1, 0.1]
+    flag = detect_collapse(write_run(tmp_path / "run", COLLAPSING, entropy=entropy))
+    assert flag["step"] == 8 and flag["entropy"] == {
+        "fell": True, "early": pytest.approx(2.0), "before": pytest.approx(1.4),
+        "early_steps": [1, 3], "before_steps": [5, 7]}
+    assert collapse_detail(flag) == ("collapsed to ham at step 8 (1.00 of the parsed rollout answers); entropy fell "
+                                     "before it (2.00 → 1.40 nats per token, steps 1–3 → 5–7)")
+
+
+def test_the_note_says_entropy_did_not_fall_when_it_held_within_the_margin(tmp_path):
+    # before mean (1.8 + 1.7 + 1.5) / 3 = 1.667 ≥ 0.8 × 2.0 = 1.6: a fall of 17%, within the margin.
+    # The collapse's own steps fall to 0.1: counting them would have called it a fall.
+    entropy = [2.0, 2.2, 1.8, 0.5, 1.8, 1.7, 1.5, 0.1, 0.1, 0.1]
+    flag = detect_collapse(write_run(tmp_path / "run", COLLAPSING, entropy=entropy))
+    assert flag["entropy"]["fell"] is False and flag["entropy"]["before"] == pytest.approx(5 / 3)
+    assert collapse_detail(flag).endswith("; entropy did not fall before it (2.00 → 1.67 nats per token, steps 1–3 → 5–7)")
+
+
+def test_the_note_says_too_early_to_tell_and_nothing_without_entropy(tmp_path):
+    # a collapse at step 3: steps 1–2 fill the early window and leave none before it
+    flag = detect_collapse(write_run(tmp_path / "early", [0.5, 0.5, 1.0, 1.0, 1.0], entropy=[2.0, 1.0, 0.5, 0.5, 0.5]))
+    assert flag["step"] == 3 and flag["entropy"]["fell"] is None and flag["entropy"]["early_steps"] == [1, 2]
+    assert collapse_detail(flag).endswith("; too few steps before it to tell whether entropy fell")
+    # a run that logged no entropy: no entropy in the flag, no clause in the note
+    flag = detect_collapse(write_run(tmp_path / "old", COLLAPSING))
+    assert "entropy" not in flag and collapse_detail(flag) == "collapsed to ham at step 8 (1.00 of the parsed rollout answers)"
 
 
 def test_the_rollout_series_reads_shares_and_recalls():

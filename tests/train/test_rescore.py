@@ -37,7 +37,7 @@ def run_dir(tmp_path):
             "completion": [c for c, _, _ in COMPLETIONS], "completion_tokens": [6] * n, "truncated": [False] * n,
             "think_closed": [False] * n, "parse_status": ["ok"] * n, "answer": [None] * n,
             "reward": [s for _, s, _ in COMPLETIONS], "advantage": [0.0] * n, "group_uniform": [False] * n,
-            "skipped": [False] * n})
+            "skipped": [False] * n, "sampler_logprobs": [[-0.5] * 6] * n})
     return run
 
 

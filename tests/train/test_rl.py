@@ -76,6 +76,7 @@ def _batch_with_one_uniform_group(run):
     for j, text in enumerate(["yes", "no", "yes yes", "no no no"][:G]):
         batch.completion_ids[j] = run.tokenizer.encode(text, add_special_tokens=False) + [eos]
         batch.texts[j], batch.truncated[j] = text, False
+        batch.sampler_logprobs[j] = [-1.0] * len(batch.completion_ids[j])  # one per token, as a sampler's
     batch.loss_mask[:G] = True
     rewards = torch.tensor([1.0, 0.0] * (G // 2) + [1.0] * G, dtype=torch.float64)
     batch.rewards = rewards

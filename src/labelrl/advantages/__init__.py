@@ -30,7 +30,7 @@ def compute_advantages(
     ``rewards``: ``[B*G]`` with the G completions of each prompt contiguous (rows
     ``i*G … i*G+G−1`` belong to prompt i), or ``[B, G]``. Integer rewards are promoted to the
     default float dtype. ``estimator``: a name in ``ESTIMATORS``; ``options`` go to it
-    (``ddof``, ``eps``, ``batch_std``; ``threshold``, ``scale_by_std`` for corpo).
+    (``ddof``, ``eps``, ``scale_by_std``, ``batch_std``; ``threshold`` for corpo).
     ``mask`` (bool, same shape): ``True`` where a rollout counts in its group's baseline;
     ``False`` rollouts (e.g. truncated ones under the ``mask`` truncation policy) are left out
     of every statistic and get advantage 0. ``None`` counts every rollout.

@@ -18,6 +18,7 @@ def dr_grpo_advantages(
     include: torch.Tensor,
     *,
     batch_std: bool = False,
+    scale_by_std: bool = False,
     ddof: int = DEFAULT_DDOF,
     eps: float = DEFAULT_EPS,
 ) -> torch.Tensor:
@@ -25,6 +26,8 @@ def dr_grpo_advantages(
 
     ``batch_std=True`` divides by the std of the whole batch (+ ``eps``, ``ddof`` as in grpo),
     which rescales every group alike and so keeps Dr. GRPO free of the per-group bias.
+    ``scale_by_std=True`` divides by the group std (+ ``eps``), which is GRPO's advantage; it
+    exists so that ``--scale group`` means the same for every estimator.
     """
     centred = rewards - group_mean(rewards, include)
-    return scale(centred, rewards, include, by_group_std=False, by_batch_std=batch_std, ddof=ddof, eps=eps)
+    return scale(centred, rewards, include, by_group_std=scale_by_std, by_batch_std=batch_std, ddof=ddof, eps=eps)

@@ -19,6 +19,7 @@ def grpo_advantages(
     ddof: int = DEFAULT_DDOF,
     eps: float = DEFAULT_EPS,
     batch_std: bool = False,
+    scale_by_std: bool = True,
 ) -> torch.Tensor:
     """``A = (r − mean_group) / (std_group + eps)`` for rewards ``[B, G]`` → ``[B, G]``.
 
@@ -26,10 +27,13 @@ def grpo_advantages(
     ``compute_grpo_outcome_advantage`` use; TRL 1.16 also uses the sample std (its
     ``nanstd`` applies Bessel's correction). ``eps`` defaults to 1e-6 as in verl; TRL 1.16
     adds 1e-4 (pass ``eps=1e-4`` to match it bit for bit). A group whose rewards are all
-    equal gets exactly 0. ``batch_std=True`` divides by the std of the whole batch instead.
+    equal gets exactly 0. ``batch_std=True`` divides by the std of the whole batch instead;
+    ``scale_by_std=False`` (with ``batch_std`` off) divides by nothing, which is Dr. GRPO's
+    advantage: TRL's ``scale_rewards`` "group", "batch" and "none" (``labelrl rl --scale``).
     """
     # Deviation from the paper: eps keeps a uniform group (std 0) at 0 instead of 0/0.
     centred = rewards - group_mean(rewards, include)
     return scale(
-        centred, rewards, include, by_group_std=not batch_std, by_batch_std=batch_std, ddof=ddof, eps=eps
+        centred, rewards, include, by_group_std=scale_by_std and not batch_std, by_batch_std=batch_std,
+        ddof=ddof, eps=eps,
     )

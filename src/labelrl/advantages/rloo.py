@@ -20,13 +20,16 @@ def rloo_advantages(
     include: torch.Tensor,
     *,
     batch_std: bool = False,
+    scale_by_std: bool = False,
     ddof: int = DEFAULT_DDOF,
     eps: float = DEFAULT_EPS,
 ) -> torch.Tensor:
     """``A_i = r_i − mean_{j≠i}(r_j)`` over included rollouts, rewards ``[B, G]`` → ``[B, G]``.
 
     A rollout whose group has no other included rollout has no baseline and gets 0.
-    ``batch_std=True`` divides by the std of the whole batch (+ ``eps``).
+    ``batch_std=True`` divides by the std of the whole batch (+ ``eps``), ``scale_by_std=True`` by
+    the group std of the included rewards (+ ``eps``), so that ``--scale`` means the same for
+    every estimator.
     """
     # Sums are taken relative to the group's first included reward, so that a uniform group
     # gets exactly 0 (see base.group_mean).
@@ -35,4 +38,4 @@ def rloo_advantages(
     others = include.sum(dim=1, keepdim=True).to(rewards.dtype) - 1
     baseline = ref + (diffs.sum(dim=1, keepdim=True) - diffs) / others.clamp(min=1)
     centred = torch.where(others > 0, rewards - baseline, torch.zeros_like(rewards))
-    return scale(centred, rewards, include, by_group_std=False, by_batch_std=batch_std, ddof=ddof, eps=eps)
+    return scale(centred, rewards, include, by_group_std=scale_by_std, by_batch_std=batch_std, ddof=ddof, eps=eps)

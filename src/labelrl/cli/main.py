@@ -17,7 +17,7 @@ app = typer.Typer(
     name="labelrl",
     help=(
         "Fine-tune small language models on labelled data with SFT and group-relative RL "
-        "(GRPO, Dr. GRPO, DAPO, RLOO, CoRPO), and measure honestly whether RL helped."
+        "(GRPO, Dr. GRPO, DAPO, GSPO, RLOO, CoRPO), and measure honestly whether RL helped."
     ),
     no_args_is_help=True,
     add_completion=False,

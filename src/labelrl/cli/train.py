@@ -103,4 +103,4 @@ def register(app: typer.Typer) -> None:
     config_command(app, "sft", SFTConfig, _run_sft,
                    help="Supervised fine-tuning on labels (direct) or teacher traces (reasoning): the baseline every RL run must beat.")
     config_command(app, "rl", RLConfig, _run_rl,
-                   help="Group-relative RL (GRPO, Dr. GRPO, DAPO, RLOO, CoRPO) with the label as verifier; every rollout is logged.")
+                   help="Group-relative RL (GRPO, Dr. GRPO, DAPO, GSPO, RLOO, CoRPO) with the label as verifier; every rollout is logged.")

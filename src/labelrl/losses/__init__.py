@@ -12,7 +12,7 @@ import torch
 
 from labelrl.losses.aggregate import AGGREGATIONS
 from labelrl.losses.kl import KL_ESTIMATORS
-from labelrl.losses.surrogate import SURROGATES, check_surrogate_options, clip_range
+from labelrl.losses.surrogate import SURROGATES, check_surrogate_options, clipped_ratio, takes_mask
 
 __all__ = ["AGGREGATIONS", "KL_ESTIMATORS", "SURROGATES", "policy_loss"]
 
@@ -33,6 +33,7 @@ def policy_loss(
     kl_ratio_correction: bool = False,
     n_sequences: int | None = None,
     n_tokens: int | None = None,
+    token_weights: torch.Tensor | None = None,
     **surrogate_opts: Any,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """Scalar loss to minimise, and detached statistics.
@@ -47,17 +48,25 @@ def policy_loss(
     (1 in value on-policy, but differentiable), which makes the KL gradient the unbiased
     reverse-KL gradient (DeepSeek-AI 2025, "DeepSeek-V3.2", arXiv:2512.02556); TRL 1.16 turns
     it on by default (``use_bias_correction_kl``), labelrl keeps DeepSeekMath's plain k3.
+    ``token_weights`` ``[N,T]`` (detached) multiply the surrogate's per-token loss, before the KL
+    term is added: the rollout correction's importance weights (``labelrl.losses.rollout_correction``),
+    applied where TRL 1.16 applies its ``importance_sampling_ratio``.
 
     Stats (masked token means): ``kl`` (0 when beta = 0), ``ratio_mean``, ``clip_low_frac``
     and ``clip_high_frac`` (tokens whose ratio is clipped on the side that binds for the sign
-    of A: below 1 − eps_low with A < 0, above 1 + eps_high with A > 0; 0 for pg).
+    of A: below 1 − eps_low with A < 0, above 1 + eps_high with A > 0; 0 for pg). Under gspo the
+    ratio is the sequence's, counted on each of its tokens (the clipped-token share GSPO reports).
+    A surrogate that declares ``mask`` (gspo) receives ``mask`` itself.
     """
     surrogate_fn = SURROGATES.get(surrogate)
     aggregate_fn = AGGREGATIONS.get(aggregation)
     check_surrogate_options(surrogate, surrogate_fn, surrogate_opts)
     if beta < 0:
         raise ValueError(f"beta={beta}: the KL coefficient must be ≥ 0 (0 turns the penalty off)")
-    per_token = surrogate_fn(logprobs, old_logprobs, advantages, **surrogate_opts)
+    supplied = {"mask": mask.bool()} if takes_mask(surrogate_fn) else {}  # gspo averages over real tokens
+    per_token = surrogate_fn(logprobs, old_logprobs, advantages, **supplied, **surrogate_opts)
+    if token_weights is not None:  # importance weights of the sampler–trainer gap (losses.rollout_correction)
+        per_token = per_token * token_weights.detach().to(per_token.dtype)
     kl = None
     if beta > 0:
         if ref_logprobs is None:
@@ -84,11 +93,11 @@ def _stats(logprobs, old_logprobs, advantages, mask, kl, surrogate, opts) -> dic
         def token_mean(x: torch.Tensor) -> float:
             return float(torch.where(keep, x.to(logprobs.dtype), torch.zeros_like(logprobs)).sum() / n)
 
-        ratio = torch.exp(logprobs - old_logprobs)
+        ratio, bounds = clipped_ratio(surrogate, logprobs, old_logprobs, keep, opts)
         adv = advantages.to(logprobs.dtype).reshape(advantages.shape[0], -1)
         low = high = torch.zeros_like(ratio)
-        if surrogate == "clip":
-            lower, upper = clip_range(**opts)
+        if bounds is not None:
+            lower, upper = bounds
             low = ((ratio < lower) & (adv < 0)).to(ratio.dtype)
             high = ((ratio > upper) & (adv > 0)).to(ratio.dtype)
         return {

@@ -119,6 +119,26 @@ def reward_accuracy_figure(arm: str, steps: Sequence[dict], rollout_steps: Seque
     return fig
 
 
+def entropy_mismatch_figure(arm: str, steps: Sequence[dict]) -> Figure:
+    """Left: the policy's entropy per completion token per step (mean and 10th percentile; a fall
+    is the early sign of a collapse to one answer). Right: the sampler–trainer mismatch per step
+    (k3 KL and mean |Δ log p|, log scale), when logged."""
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.6))
+    _line(left, *series(steps, K.ENTROPY_MEAN), color="C0", label="mean")
+    _line(left, *series(steps, K.ENTROPY_P10), color="C3", label="10th percentile")
+    left.set(xlabel=STEP_LABEL, ylabel="entropy (nats per token)", title=f"{arm}: policy entropy per step")
+    _legend(left)
+    kl, diff = series(steps, K.MISMATCH_KL), series(steps, K.MISMATCH_LOGP_DIFF_MEAN)
+    _line(right, *kl, color="C4", label="k3 KL(sampler ‖ trainer)")
+    _line(right, *diff, color="C5", label="mean |Δ log p|")
+    if any(v > 0 for v in kl[1] + diff[1]):
+        right.set_yscale("log")
+    right.set(xlabel=STEP_LABEL, ylabel="gap (nats per token)", title=f"{arm}: sampler–trainer mismatch")
+    _legend(right)
+    _integer_x(left, right)
+    return fig
+
+
 def sft_eval_figure(arm: str, records: Sequence[dict], ceiling: float | None) -> Figure:
     """Left: val accuracy and balanced accuracy at each SFT eval step, with the ceiling.
     Right: the training loss per step."""

@@ -1,6 +1,7 @@
 """Sections 2–5 of the report, what the training logged per step, per task:
 
-2. reward, rollout accuracy and balanced accuracy per RL step; val metrics per SFT eval;
+2. reward, rollout accuracy and balanced accuracy per RL step, the policy's entropy and the
+   sampler–trainer mismatch per step; val metrics per SFT eval;
 3. completion length, truncation and think closure per step and by length bucket (the
    truncation tax), and the parse failures;
 4. skip-rule drift: the uniform-group fraction, the label shares among informative groups
@@ -32,6 +33,10 @@ def curves(task: TaskData, sink: FigureSink) -> list[Block]:
             draw = F.drawer(lambda a=arm: F.reward_accuracy_figure(a.label, a.steps, a.rollout_steps, task.ceiling))
             blocks.append(sink.image(f"{name}-reward", f"{task.name} / {arm.label}: reward, rollout accuracy and "
                                      "balanced accuracy per step (dashed: label ceiling)", draw))
+            if _has(arm.steps, K.ENTROPY_MEAN) or _has(arm.steps, K.MISMATCH_KL):
+                draw = F.drawer(lambda a=arm: F.entropy_mismatch_figure(a.label, a.steps))
+                blocks.append(sink.image(f"{name}-entropy", f"{task.name} / {arm.label}: policy entropy per completion "
+                                         "token (mean, 10th percentile) and sampler–trainer mismatch per step", draw))
         elif _has(arm.sft_records, K.EVAL_ACCURACY) or _has(arm.sft_records, K.EVAL_BALANCED_ACCURACY):
             draw = F.drawer(lambda a=arm: F.sft_eval_figure(a.label, a.sft_records, task.ceiling))
             blocks.append(sink.image(f"{name}-sft", f"{task.name} / {arm.label}: val accuracy and balanced accuracy "

@@ -258,11 +258,12 @@ def _layer(w: LeanWeights, layer: LeanLayer, x: torch.Tensor, cos: torch.Tensor,
     return x + layer.down(F.silu(gate) * up)
 
 
-def _forward(w: LeanWeights, segments: list[Segment], heads: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+def _forward(w: LeanWeights, segments: list[Segment], heads: torch.Tensor,
+             targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Every layer over the segments' computed tokens, then the log-probs [len(heads)] (fp32) of
     ``targets`` at the rows ``heads`` of the flat token stream (segment by segment, each in its
     ``tokens`` order), computed from the hidden states without the vocabulary-wide logits
-    (``token_logprobs``)."""
+    (``token_logprobs``), and the entropy of each of those positions (detached)."""
     device = segments[0].ids.device
     ids = torch.cat([segment.flat(segment.ids.reshape(-1)) for segment in segments])
     positions = torch.cat([segment.flat(segment.positions.reshape(-1)) for segment in segments])
@@ -275,7 +276,7 @@ def _forward(w: LeanWeights, segments: list[Segment], heads: torch.Tensor, targe
         x = _layer(w, layer, x, cos, sin, segments, masks)
     hidden = _norm(x.index_select(0, heads), w.final_norm, w.eps)
     bias = None if w.head_bias is None else w.head_bias.float()
-    return token_logprobs(hidden, w.head.float(), bias, targets)
+    return token_logprobs(hidden, w.head.float(), bias, targets, with_entropy=True)
 
 
 def _prompt_segments(prompt_ids: Sequence[Sequence[int]], shared: int, pad: int, device) -> list[Segment]:
@@ -294,10 +295,11 @@ def _prompt_segments(prompt_ids: Sequence[Sequence[int]], shared: int, pad: int,
 
 
 def lean_logprobs(model: nn.Module, prompt_ids: Sequence[Sequence[int]], targets: torch.Tensor, mask: torch.Tensor,
-                  group_size: int, shared: int, pad: int, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+                  group_size: int, shared: int, pad: int, dtype: torch.dtype, with_entropy: bool = False):
     """The log-probs [M] (fp32) of each completion's first token and of its other real tokens
     among ``targets`` [N, T] (N = B·G, grouped by prompt; ``mask`` marks the real ones), and where
-    they stand: flat indices into N·T (every position 0, then the rest).
+    they stand: flat indices into N·T (every position 0, then the rest). ``with_entropy``: also
+    the policy's entropy [M] (nats, detached) at the same positions, third.
 
     One pass runs the B prompts once (the prefix they share once before them, when ``shared``)
     and the G completions of each on top of its prompt, as ``completion_logprobs_shared`` runs
@@ -327,5 +329,5 @@ def lean_logprobs(model: nn.Module, prompt_ids: Sequence[Sequence[int]], targets
         where.append(inputs // (width - 1) * width + inputs % (width - 1) + 1)
     with torch.autocast(device_type=device.type, enabled=False):  # every dtype is set explicitly
         where = torch.cat(where)
-        logprobs = _forward(w, segments, torch.cat(heads), targets.reshape(-1).index_select(0, where))
-    return logprobs, where
+        logprobs, entropy = _forward(w, segments, torch.cat(heads), targets.reshape(-1).index_select(0, where))
+    return (logprobs, where, entropy) if with_entropy else (logprobs, where)

@@ -32,6 +32,7 @@ ROLLOUT_SCHEMA = pa.schema(
         pa.field("advantage", pa.float64()),
         pa.field("group_uniform", pa.bool_()),
         pa.field("skipped", pa.bool_()),
+        pa.field("sampler_logprobs", pa.list_(pa.float32())),  # per token, the sampler's log π at temperature 1
     ]
 )
 

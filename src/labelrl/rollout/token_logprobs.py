@@ -14,6 +14,11 @@ vocabulary is read in slices that fit in cache, once:
   (the softmax's Jacobian against the one-hot), and the backward multiplies it by each
   position's incoming gradient. Only that [M, hidden] vector is saved.
 
+The same sums give each position's entropy for free: H = logsumexp(z) − Σ_v p_v·z_v, and
+Σ_v p_v·z_v = h·(Σ_v p_v·w_v) + Σ_v p_v·b_v, the expected row above dotted with h (plus the
+bias's expectation, one more slice-wise product when there is a bias). It is returned beside
+the log-probs, detached (no gradient flows through it).
+
 The products are fp32, as the logits' are in every precision labelrl trains in; the target's
 logit is read from the product that computes it, so the log-prob is that logit minus the
 normaliser exactly as a full-logits pass computes it, up to the summation order of the
@@ -44,6 +49,7 @@ class _TokenLogprobs(torch.autograd.Function):
         total = hidden.new_zeros(rows)  # Σ exp(logit − running_max)
         expected = hidden.new_zeros(rows, hidden.shape[1])  # Σ exp(logit − running_max)·w
         picked = hidden.new_zeros(rows)
+        expected_bias = hidden.new_zeros(rows)  # Σ exp(logit − running_max)·b
         width = _slice_width(rows, vocab)
         for start in range(0, vocab, width):
             part = weight[start : start + width]
@@ -56,21 +62,29 @@ class _TokenLogprobs(torch.autograd.Function):
             probs = logits.sub_(new_max.unsqueeze(1)).exp_()  # unnormalised, ≤ 1
             total = torch.addcmul(probs.sum(dim=1), total, rescale)
             expected = torch.addmm(expected * rescale.unsqueeze(1), probs, part)
+            if bias is not None:
+                expected_bias = torch.addmv(expected_bias * rescale, probs, bias[start : start + width])
             running_max = new_max
-        ctx.save_for_backward(weight.index_select(0, targets) - expected / total.unsqueeze(1))
-        return picked - running_max - total.log()
+        mean_row = expected / total.unsqueeze(1)  # Σ_v p_v·w_v
+        ctx.save_for_backward(weight.index_select(0, targets) - mean_row)
+        # H = logsumexp_v z_v − Σ_v p_v·z_v, with Σ_v p_v·z_v = h·(Σ_v p_v·w_v) + Σ_v p_v·b_v
+        entropy = running_max + total.log() - (hidden * mean_row).sum(dim=1) - expected_bias / total
+        ctx.mark_non_differentiable(entropy)
+        return picked - running_max - total.log(), entropy
 
     @staticmethod
-    def backward(ctx, grad: torch.Tensor):
+    def backward(ctx, grad: torch.Tensor, _entropy_grad: torch.Tensor):
         (direction,) = ctx.saved_tensors
         return grad.unsqueeze(1) * direction, None, None, None
 
 
 def token_logprobs(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
-                   targets: torch.Tensor) -> torch.Tensor:
+                   targets: torch.Tensor, with_entropy: bool = False):
     """log softmax(hidden·Wᵀ + b)[target] per row, fp32 [M], from ``hidden`` [M, H] (fp32),
-    the frozen projection ``weight`` [V, H] and ``bias`` [V] (or None) and ``targets`` [M]."""
+    the frozen projection ``weight`` [V, H] and ``bias`` [V] (or None) and ``targets`` [M].
+    ``with_entropy``: also each row's entropy −Σ_v p_v log p_v [M] (nats, detached), as a pair."""
     if weight.requires_grad or (bias is not None and bias.requires_grad):
         raise ValueError("token_logprobs gives the vocabulary projection no gradient, and it requires one here: "
                          "compute the logits and their log-softmax instead (the module pass does)")
-    return _TokenLogprobs.apply(hidden, weight, bias, targets)
+    logprobs, entropy = _TokenLogprobs.apply(hidden, weight, bias, targets)
+    return (logprobs, entropy) if with_entropy else logprobs

@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from labelrl.data.options import DataOptions
 from labelrl.models.precision import PRECISION_HELP
-from labelrl.train.presets import PRESETS
+from labelrl.train.presets import PRESETS, resolve_preset
 
 
 class ModelOptions(BaseModel):
@@ -74,10 +74,11 @@ class RLConfig(DataOptions, ModelOptions):
     model_config = ConfigDict(extra="forbid")
 
     learning_rate: Optional[float] = Field(None, gt=0, description=f"AdamW learning rate. Default: {RL_LR_LORA:g} with --lora, {RL_LR_FULL:g} for full fine-tuning, the best on val in a sweep from an SFT model (benchmarks/rl_lr_sweep.py; docs/algorithms.md, RL learning rate): at about 3x these, GRPO drifted toward the majority answer.")
-    preset: Literal["grpo", "dr_grpo", "dapo", "corpo", "rloo"] = Field("grpo", description="Named (estimator, surrogate, aggregation) tuple; see docs/algorithms.md.")
+    preset: Literal["grpo", "dr_grpo", "dapo", "gspo", "corpo", "rloo"] = Field("grpo", description="Named (estimator, surrogate, aggregation) tuple; see docs/algorithms.md.")
     estimator: Optional[str] = Field(None, description="Override the preset's advantage estimator (grpo, dr_grpo, rloo, corpo).")
-    surrogate: Optional[str] = Field(None, description="Override the preset's surrogate (pg, clip).")
+    surrogate: Optional[str] = Field(None, description="Override the preset's surrogate: pg, clip (one ratio per token) or gspo (one ratio per sequence, the geometric mean of its tokens' ratios, clipped to [1 - 3e-4, 1 + 4e-4]; GSPO, TRL's importance_sampling_level='sequence'). Clip and gspo equal pg unless --ppo-epochs > 1.")
     aggregation: Optional[str] = Field(None, description="Override the preset's aggregation (token_mean, seq_mean_token_mean, seq_mean_token_sum_norm).")
+    scale: Optional[Literal["group", "batch", "none"]] = Field(None, description="What the centred rewards are divided by (TRL's scale_rewards): the std of their group (GRPO), the std of all the step's rollouts (Lite PPO; one factor for every group; each sampling round's under dynamic sampling; one process only), or nothing (Dr. GRPO). Default: the estimator's own (group for grpo, none for dr_grpo, rloo and corpo), resolved so the saved config names it. corpo takes none only.")
     threshold: Optional[float] = Field(None, description="CoRPO correctness threshold τ in reward units (baseline = max(group mean, τ)). Required for corpo.")
     success_threshold: Optional[float] = Field(None, description="Reward at or above which a rollout counts as correct in every diagnostic (failed-positive fraction, regime shares), whatever the estimator; default: full credit (the exact grade). CoRPO's --threshold is separate.")
     group_size: int = Field(4, description="Completions sampled per prompt (G).")
@@ -91,6 +92,8 @@ class RLConfig(DataOptions, ModelOptions):
     top_k: int = Field(0, ge=0, description="Sample from the k most likely tokens (0: no limit).")
     ppo_epochs: int = Field(1, ge=1, description="Passes over each batch; more than 1 reuses it with ratio clipping.")
     beta: float = Field(0.0, ge=0, description="k3 KL penalty coefficient against the starting model (0: off, no reference pass).")
+    rollout_correction: Literal["none", "token_truncate", "token_mask", "sequence_truncate", "sequence_mask"] = Field("none", description="Correct the loss for the gap between the sampler's and the trainer's token probabilities by the importance ratio trainer/sampler (detached), per token or per sequence (the product of its tokens' ratios): truncate multiplies the loss by min(ratio, --rollout-correction-max), mask drops tokens or sequences whose ratio exceeds it (TRL's vllm_importance_sampling_mode). The gap is logged either way (mismatch/kl); docs/algorithms.md, Sampler-trainer mismatch, gives the measured gaps and why the default is none.")
+    rollout_correction_max: float = Field(3.0, gt=1, description="--rollout-correction: the bound C on the ratio trainer/sampler (TRL's vllm_importance_sampling_clip_max, 3.0).")
     correct_reward: float = Field(1.0, description="Reward of a correct answer (binary/categorical) or of an exact grade (ordinal).")
     incorrect_reward: float = Field(0.0, description="Reward of a wrong answer (ordinal: the reward of the farthest grade).")
     failure_reward: Optional[float] = Field(None, description="Reward of an unparseable completion (format gate); defaults to --incorrect-reward.")
@@ -128,6 +131,14 @@ class RLConfig(DataOptions, ModelOptions):
                 f"group_size={self.group_size}: group-relative RL needs at least 2 completions per prompt; set --group-size 2 or more"
             )
         estimator = self.estimator or ("corpo" if self.preset == "corpo" else None)
+        if self.scale is None:  # the preset's (or the overriding estimator's) own, named in the saved config
+            self.scale = resolve_preset(self.preset, estimator=self.estimator).scale
+        if estimator == "corpo" and self.scale != "none":
+            raise ValueError(
+                f"scale={self.scale!r} with estimator corpo: a std is 0 where every rollout fails alike (a group, or "
+                "the whole batch), and CoRPO still pushes those down by r − τ, so the division by eps alone would "
+                "inflate them a millionfold; use --scale none (CoRPO's own)"
+            )
         if estimator == "corpo" and self.threshold is None:
             raise ValueError("preset corpo needs its correctness threshold: pass --threshold τ in reward units (e.g. 0.75 for 5-grade partial credit)")
         if self.backend == "vllm" and importlib.util.find_spec("vllm") is None:

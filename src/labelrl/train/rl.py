@@ -51,6 +51,7 @@ from labelrl.train.checkpoint import (
 from labelrl.train.collapse import run_collapse
 from labelrl.train.config import RLConfig
 from labelrl.train.memory import report_memory_plan, set_checkpointing
+from labelrl.train.pass_measures import step_measures
 from labelrl.train.reference import ReferenceWeights
 from labelrl.train.distributed import (
     any_process,
@@ -114,6 +115,10 @@ def start_run(cfg: RLConfig, accelerator=None) -> RLRun:
     The main process prepares the run directory (config, splits) before the others read it."""
     accelerator = accelerator or make_accelerator(cfg, Path(cfg.out), "rl", trackers=False)
     share = process_share(cfg.prompts_per_step, accelerator, "prompts_per_step")
+    if cfg.scale == "batch" and accelerator.num_processes > 1:  # each process takes its own share's advantages
+        raise ValueError(f"scale='batch' under {accelerator.num_processes} processes: each process computes the advantages "
+                         "of its own prompts, so the batch std would depend on the process count; run one process or "
+                         "use --scale group or none")
     main = accelerator.is_main_process
     with accelerator.main_process_first():
         run_dir = init_run_dir(cfg, "rl", write=main)
@@ -282,8 +287,12 @@ def optimise(run: RLRun, batch: parts.StepBatch, groups: list[int], normaliser: 
 
 
 def _whole_batch_kl(acc, step_stats: dict, weight: float) -> dict:
-    """The KL statistic as a token mean over every process's tokens."""
+    """The KL statistic as a token mean over every process's tokens; the pass's measures
+    (entropy, sampler–trainer mismatch: ``labelrl.train.pass_measures``) over the whole batch."""
     stats = dict(step_stats)
+    measures = stats.pop("measures", None)
+    if measures is not None:
+        stats.update(step_measures(acc, measures, weight))
     tokens = stats.pop("tokens", 0) * weight
     if acc.num_processes > 1:
         total = reduce_value(acc, tokens)

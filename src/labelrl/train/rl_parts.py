@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -26,6 +26,7 @@ from labelrl.train.collapse import answer_recalls, answer_shares
 from labelrl.train.distributed import gather_objects
 from labelrl.train.memory import plan_memory
 from labelrl.train.memory_rl import PROBED_PROMPTS, PassShape, rl_pass_growth_bytes
+from labelrl.train.pass_measures import measure_pass, padded_logprobs
 from labelrl.train.presets import resolve_preset
 from labelrl.train.setup import peak_memory_mb  # noqa: F401  (re-exported for the loop)
 from labelrl.types import LabelSpace
@@ -60,8 +61,9 @@ class Algorithm:
 
 def resolve_algorithm(cfg, labels: LabelSpace, train_labels: list[str] | None = None) -> Algorithm:
     """A preset with the user's overrides, and the reward config, validated together."""
-    preset = resolve_preset(cfg.preset, estimator=cfg.estimator, surrogate=cfg.surrogate, aggregation=cfg.aggregation)
-    estimator_options = dict(preset.estimator_options)
+    preset = resolve_preset(cfg.preset, estimator=cfg.estimator, surrogate=cfg.surrogate, aggregation=cfg.aggregation,
+                            scale=cfg.scale)
+    estimator_options = preset.advantage_options()  # with --scale's scale_by_std / batch_std
     if preset.estimator == "corpo":
         estimator_options["threshold"] = cfg.threshold
     reward = RewardConfig(
@@ -176,6 +178,7 @@ class StepBatch:
     uniform: torch.Tensor  # [B] bool: all rewards equal
     new_tokens: int
     sample_seconds: float
+    sampler_logprobs: list[list[float]] = field(default_factory=list)  # [B*G][length] the sampler's, temperature 1
 
 
 def _random_rewards(run, positions: list[int], round_index: int) -> list[float]:
@@ -215,6 +218,7 @@ def grade_and_advantage(run, idx: list[int], rollout, round_index: int, position
         loss_mask=loss_mask, advantages=advantages, informative=informative,
         uniform=uniform_groups(reward_t, G), new_tokens=int(sum(rollout.lengths)),
         sample_seconds=float(rollout.timings.get("prefill_s", 0.0) + rollout.timings.get("decode_s", 0.0)),
+        sampler_logprobs=[list(map(float, row)) for row in rollout.logprobs],
     )
 
 
@@ -239,7 +243,7 @@ def concat_batches(batches: list[StepBatch], limit_informative: int | None) -> S
         rewards=torch.cat([b.rewards for b in batches]), loss_mask=torch.cat([b.loss_mask for b in batches]),
         advantages=advantages, informative=informative,
         uniform=torch.cat([b.uniform for b in batches]), new_tokens=sum(b.new_tokens for b in batches),
-        sample_seconds=sum(b.sample_seconds for b in batches),
+        sample_seconds=sum(b.sample_seconds for b in batches), sampler_logprobs=cat("sampler_logprobs"),
     )
 
 
@@ -280,7 +284,10 @@ def policy_loss_for_groups(run, batch: StepBatch, keep: list[int], old_logprobs,
 
     The importance ratio's denominator is this training pass's own log-probs (detached) on
     the first epoch, never the sampler's: with one on-policy epoch the ratio is exactly 1
-    whatever the precision, and a bf16 sampler's rounding cannot leak into the loss.
+    whatever the precision, and a bf16 sampler's rounding cannot leak into the loss. The gap
+    to the sampler is measured (``pass_measures``) and, with ``--rollout-correction``, corrected
+    by importance weights π_trainer/q_sampler on each token's loss, as TRL does
+    (``labelrl.losses.rollout_correction``); the weights come from the first epoch's log-probs.
     """
     G = run.cfg.group_size
     rows = [g * G + j for g in keep for j in range(G)]
@@ -289,18 +296,24 @@ def policy_loss_for_groups(run, batch: StepBatch, keep: list[int], old_logprobs,
     # The reference pass comes first: it puts the starting weights in place for a moment
     # (labelrl.train.reference), which must not happen while this pass's graph holds them.
     ref = reference_logprobs(run, batch, keep, rows) if run.cfg.beta > 0 else None
-    logprobs, mask = completion_logprobs_shared(
+    logprobs, real, entropy = completion_logprobs_shared(
         run.model, [batch.prompt_ids[g] for g in keep], [batch.completion_ids[r] for r in rows], G,
-        pad_token_id=pad_id(run.tokenizer), min_width=width, dtype=run.dtype, share_prefix=single,
+        pad_token_id=pad_id(run.tokenizer), min_width=width, dtype=run.dtype, share_prefix=single, with_entropy=True,
     )
-    mask = mask & batch.loss_mask[rows].unsqueeze(1).to(mask.device)
+    mask = real & batch.loss_mask[rows].unsqueeze(1).to(real.device)
     old = logprobs.detach() if old_logprobs is None else old_logprobs
+    sampler = padded_logprobs([batch.sampler_logprobs[r] for r in rows], old) if batch.sampler_logprobs else None
+    weights, measures = measure_pass(old, sampler, entropy, real, mask, run.cfg.rollout_correction,
+                                     run.cfg.rollout_correction_max)
     loss, stats = policy_loss(
         logprobs, old, batch.advantages[rows].float().to(logprobs.device), mask, surrogate=run.algo.surrogate,
         aggregation=run.algo.aggregation, ref_logprobs=ref, beta=run.cfg.beta,
-        max_len=run.cfg.max_new_tokens, **normaliser, **run.algo.surrogate_options,
+        max_len=run.cfg.max_new_tokens, token_weights=weights, **normaliser, **run.algo.surrogate_options,
     )
-    return loss, logprobs, {K.KL: float(stats.get("kl", 0.0)), "tokens": int(mask.sum())}
+    out = {K.KL: float(stats.get("kl", 0.0)), "tokens": int(mask.sum())}
+    if old_logprobs is None:  # measured once per step, on the pass of the weights that sampled the batch
+        out["measures"] = measures
+    return loss, logprobs, out
 
 
 @torch.no_grad()
@@ -354,6 +367,7 @@ def rollout_rows(run, batch: StepBatch) -> dict[str, list]:
         "advantage": batch.advantages.tolist(),
         "group_uniform": [bool(batch.uniform[g]) for g in group],
         "skipped": [not bool(batch.informative[g]) for g in group],
+        "sampler_logprobs": batch.sampler_logprobs or [None] * n,
     }
 
 
