@@ -371,3 +371,21 @@ def test_the_default_recipe_gives_sft_and_every_rl_arm_grids_of_one_size(tmp_pat
         default_recipe(data, kind=kind, labels=labels, tune={"sft": tune["sft"], "rl": {"learning_rate": [1e-5, 5e-5]}})
     with pytest.raises(ValueError, match="missing: rl"):
         default_recipe(data, kind=kind, labels=labels, tune={"sft": tune["sft"]})
+
+
+def test_a_candidate_resolves_its_defaults_again_from_its_own_values():
+    # A grid over the preset (or --lora, --max-new-tokens) must not carry the defaults the arm's
+    # config resolved from its own preset: a dr_grpo candidate of a grpo arm divides by no std.
+    from labelrl.train.config import RL_LR_FULL, RLConfig
+    from labelrl.ladder.tune_grid import with_values
+
+    arm = RLConfig(out="/tmp/unused", data="sms-spam")  # grpo: group scale, zero truncation, LoRA's rate
+    assert (arm.scale, arm.truncation, arm.overlong_cache) == ("group", "zero", 6)
+    dr = with_values(arm, {"preset": "dr_grpo"})
+    assert dr.scale == "none"
+    dapo = with_values(arm, {"preset": "dapo", "lora": False, "max_new_tokens": 100})
+    assert (dapo.scale, dapo.truncation, dapo.learning_rate, dapo.overlong_cache) == ("group", "soft_penalty", RL_LR_FULL, 20)
+    # what the user set stays set
+    explicit = RLConfig(out="/tmp/unused", data="sms-spam", scale="batch", truncation="mask", learning_rate=1e-5)
+    kept = with_values(explicit, {"preset": "dr_grpo"})
+    assert (kept.scale, kept.truncation, kept.learning_rate) == ("batch", "mask", 1e-5)

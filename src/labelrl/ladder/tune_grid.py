@@ -37,8 +37,11 @@ class Grid:
 
 
 def with_values(cfg: BaseModel, values: dict, out: Path | None = None) -> BaseModel:
-    """``cfg`` with ``values`` (and ``out``) set, validated as the config validates its fields."""
-    return type(cfg).model_validate(cfg.model_dump() | values | ({"out": out} if out is not None else {}))
+    """``cfg`` with ``values`` (and ``out``) set, validated as the config validates its fields; a
+    field ``cfg`` resolved from others (``RLConfig.without_resolved``: e.g. the scale of its preset)
+    is resolved again from the new values."""
+    fields = cfg.without_resolved() if hasattr(cfg, "without_resolved") else cfg.model_dump()
+    return type(cfg).model_validate(fields | values | ({"out": out} if out is not None else {}))
 
 
 def _why_fixed(key: str, family: str) -> str | None:

@@ -10,7 +10,7 @@ import importlib.util
 from pathlib import Path
 from typing import Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
 
 from labelrl.data.options import DataOptions
 from labelrl.models.precision import PRECISION_HELP
@@ -118,8 +118,20 @@ class RLConfig(DataOptions, ModelOptions):
     collapse_steps: int = Field(3, ge=1, description="Collapse detector: consecutive steps (k) at or above --collapse-share; in-loop val evaluations need k of them, at most half of those made.")
     collapse_max_lift: float = Field(0.25, gt=0, le=1, description="Collapse detector: a point holding --collapse-share of one label counts towards a collapse only when the answers' lift over chance, (BA - 1/K) / (1 - 1/K) with BA the mean recall over the K labels with items, is below this (a constant answer has lift 0 on any label mix, a sound model far above 0.25; docs/metrics.md).")
 
+    # Fields left unset resolve from others (the learning rate from --lora, truncation and scale from
+    # the preset, the overlong cache from --max-new-tokens); _resolved names those this config filled.
+    _resolved: frozenset = PrivateAttr(default=frozenset())
+
+    def without_resolved(self) -> dict:
+        """``model_dump()`` without the fields this config resolved from others: validating it with
+        another preset, --lora or --max-new-tokens resolves them again instead of keeping stale ones
+        (a tuning grid's candidates, ``labelrl.ladder.tune_grid.with_values``)."""
+        return {k: v for k, v in self.model_dump().items() if k not in self._resolved}
+
     @model_validator(mode="after")
     def _check(self) -> "RLConfig":
+        self._resolved = frozenset(f for f in ("learning_rate", "truncation", "overlong_cache", "scale")
+                                   if getattr(self, f) is None)
         if self.learning_rate is None:  # measured defaults, one per way of training (Field help)
             self.learning_rate = RL_LR_LORA if self.lora else RL_LR_FULL
         if self.truncation is None:  # the preset's policy (labelrl.train.presets), resolved here so the saved config names it
