@@ -121,6 +121,23 @@ def _crafted(n_seq: int, width: int):
     return logps, old, ref
 
 
+def _trl_loss_on_crafted(trainer, monkeypatch, beta: float):
+    """TRL's advantages of ``REWARDS``, crafted current/old/reference log-probs in its layout, and
+    TRL's own ``_compute_loss`` on them with its gradient: (inputs, logps, old, ref, loss, grad)."""
+    inputs = _trl_advantages(trainer, REWARDS)
+    logps, old, ref = _crafted(*inputs["completion_mask"].shape)
+    inputs["old_per_token_logps"] = old
+    if beta:
+        inputs["ref_per_token_logps"] = ref
+    monkeypatch.setattr(
+        trainer, "_get_per_token_logps_and_entropies",
+        lambda *a, **k: (logps, torch.zeros_like(logps), None),
+    )
+    trl_loss = trainer._compute_loss(trainer.model, inputs)
+    (trl_grad,) = torch.autograd.grad(trl_loss, logps)
+    return inputs, logps, old, ref, trl_loss, trl_grad
+
+
 @pytest.mark.parametrize(
     "loss_type, aggregation, eps_high, beta, kl_ratio_correction",
     [
@@ -137,19 +154,9 @@ def test_loss_matches_trl(tmp_path, monkeypatch, loss_type, aggregation, eps_hig
         tmp_path, loss_type=loss_type, epsilon=0.2, epsilon_high=eps_high, beta=beta,
         use_bias_correction_kl=kl_ratio_correction,
     )
-    inputs = _trl_advantages(trainer, REWARDS)
+    inputs, logps, old, ref, trl_loss, trl_grad = _trl_loss_on_crafted(trainer, monkeypatch, beta)
     mask = inputs["completion_mask"]
     assert mask.sum(dim=1).tolist() == LENGTHS  # TRL padded our completions as expected
-    logps, old, ref = _crafted(*mask.shape)
-    inputs["old_per_token_logps"] = old
-    if beta:
-        inputs["ref_per_token_logps"] = ref
-    monkeypatch.setattr(
-        trainer, "_get_per_token_logps_and_entropies",
-        lambda *a, **k: (logps, torch.zeros_like(logps), None),
-    )
-    trl_loss = trainer._compute_loss(trainer.model, inputs)
-    (trl_grad,) = torch.autograd.grad(trl_loss, logps)
 
     ours, stats = policy_loss(
         logps, old, inputs["advantages"], mask.bool(), surrogate="clip", aggregation=aggregation,
@@ -177,18 +184,8 @@ def test_gspo_loss_matches_trl_sequence_level(tmp_path, monkeypatch, loss_type, 
         tmp_path, loss_type=loss_type, importance_sampling_level="sequence", epsilon=eps_low,
         epsilon_high=eps_high, beta=beta, use_bias_correction_kl=False,
     )
-    inputs = _trl_advantages(trainer, REWARDS)
+    inputs, logps, old, ref, trl_loss, trl_grad = _trl_loss_on_crafted(trainer, monkeypatch, beta)
     mask = inputs["completion_mask"]
-    logps, old, ref = _crafted(*mask.shape)
-    inputs["old_per_token_logps"] = old
-    if beta:
-        inputs["ref_per_token_logps"] = ref
-    monkeypatch.setattr(
-        trainer, "_get_per_token_logps_and_entropies",
-        lambda *a, **k: (logps, torch.zeros_like(logps), None),
-    )
-    trl_loss = trainer._compute_loss(trainer.model, inputs)
-    (trl_grad,) = torch.autograd.grad(trl_loss, logps)
 
     common = dict(ref_logprobs=ref if beta else None, beta=beta, max_len=MAX_COMPLETION, eps_low=eps_low, eps_high=eps_high)
     ours, stats = policy_loss(logps, old, inputs["advantages"], mask.bool(), surrogate="gspo", aggregation=aggregation, **common)

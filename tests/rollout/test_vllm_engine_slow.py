@@ -169,15 +169,22 @@ def test_a_trained_lora_adapter_reaches_the_engine(smollm2):
         sampler.close()
 
 
-def test_rl_with_the_vllm_backend_through_the_command_line(tmp_path):
+def _rl_through_vllm(tmp_path, *extra: str):
+    """``labelrl rl --backend vllm`` on SmolLM2 + LoRA, 2 steps of 2 prompts × G = 2, with ``extra``;
+    returns the run directory."""
     require_vllm()
     out = tmp_path / "rl"
     env = {**os.environ, "OMP_NUM_THREADS": "2"}
     args = [sys.executable, "-m", "labelrl.cli.main", "rl", "--model", "smollm2-135m-instruct", "--data", "sms-spam",
-            "--preset", "grpo", "--backend", "vllm", "--lora", "--steps", "2", "--group-size", "2",
-            "--prompts-per-step", "2", "--max-new-tokens", "12", "--limit", "16", "--out", str(out), "--quiet"]
+            "--backend", "vllm", "--lora", "--steps", "2", "--group-size", "2", "--prompts-per-step", "2",
+            "--max-new-tokens", "12", "--limit", "16", *extra, "--out", str(out), "--quiet"]
     done = subprocess.run(args, env=env, capture_output=True, text=True, timeout=1200)
     assert done.returncode == 0, done.stderr[-3000:]
+    return out
+
+
+def test_rl_with_the_vllm_backend_through_the_command_line(tmp_path):
+    out = _rl_through_vllm(tmp_path, "--preset", "grpo")
     import pandas as pd
 
     rollouts = pd.read_parquet(out / "rollouts")
@@ -191,15 +198,7 @@ def test_rl_with_the_vllm_backend_through_the_command_line(tmp_path):
 def test_rl_with_the_vllm_backend_logs_the_mismatch_and_the_share_sequence_mask_drops(tmp_path):
     # The raw model never answers in format, so every group is uniform: the skip rule is off so
     # that the training pass runs and measures the engine against itself.
-    require_vllm()
-    out = tmp_path / "rl"
-    env = {**os.environ, "OMP_NUM_THREADS": "2"}
-    args = [sys.executable, "-m", "labelrl.cli.main", "rl", "--model", "smollm2-135m-instruct", "--data", "sms-spam",
-            "--backend", "vllm", "--lora", "--steps", "2", "--group-size", "2", "--prompts-per-step", "2",
-            "--max-new-tokens", "12", "--limit", "16", "--no-skip-uninformative", "--no-val-path",
-            "--rollout-correction", "sequence_mask", "--out", str(out), "--quiet"]
-    done = subprocess.run(args, env=env, capture_output=True, text=True, timeout=1200)
-    assert done.returncode == 0, done.stderr[-3000:]
+    out = _rl_through_vllm(tmp_path, "--no-skip-uninformative", "--no-val-path", "--rollout-correction", "sequence_mask")
     import pandas as pd
 
     from labelrl import metrics_keys as K

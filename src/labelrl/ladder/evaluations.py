@@ -106,6 +106,12 @@ def evaluate_candidate(task: TaskSpec, task_dir: Path, run: Path, mode: str, cap
     return evaluate_and_write(setup, cfg)
 
 
+def scoring_job(kind: str, task: TaskSpec, cap: int | None, arm: str | None = None) -> dict:
+    """What a side-by-side worker scores after training (``labelrl.ladder.worker.evaluate``), in
+    plain values: ``candidate`` (val) or ``final`` (``evaluate_ahead`` of ``arm``)."""
+    return {"kind": kind, "task": task.model_dump(mode="json"), "cap": cap, **({"arm": arm} if arm else {})}
+
+
 def evaluate_ahead(task: TaskSpec, task_dir: Path, arm_name: str, arm_type: str, mode: str, cap: int | None,
                    precision: str) -> None:
     """``scored_evaluations`` of a run a side-by-side worker has just trained, as the ladder would

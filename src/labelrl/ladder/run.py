@@ -24,7 +24,7 @@ from labelrl.fileio import RunLock, atomic_write_json, atomic_write_text
 from labelrl.ladder.analysis import analyse_task
 from labelrl.ladder.arms import LadderStopped, arm_config, rl_training_summary, train_arm
 from labelrl.ladder.collapse import COLLAPSED, stops_on_collapse
-from labelrl.ladder.evaluations import eval_cap
+from labelrl.ladder.evaluations import eval_cap, scoring_job
 from labelrl.train.collapse import collapse_detail
 from labelrl.ladder.kinds import FAMILY, RL_TYPES
 from labelrl.ladder.recipe import Recipe, requires, run_order
@@ -130,7 +130,7 @@ class Ladder:
             if cfg is not None:  # the worker scores the run too, as evaluate_final would
                 cap = eval_cap(task, task.arms[name].type, cfg, self.configs[task_name])
                 jobs.append(Job(name, task.arms[name].type, cfg, self.run_dir / task_name,
-                                evaluate={"kind": "final", "arm": name, "task": task.model_dump(mode="json"), "cap": cap}))
+                                evaluate=scoring_job("final", task, cap, arm=name)))
         self.ahead.update(train_side_by_side(jobs, self.recipe.workers, self.console))
 
     def run_arm(self, task_name: str, task: TaskSpec, arm_name: str) -> None:

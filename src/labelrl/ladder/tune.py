@@ -40,7 +40,7 @@ from rich.console import Console
 
 from labelrl.fileio import atomic_write_json, atomic_write_text
 from labelrl.ladder.arms import LadderStopped, train_arm
-from labelrl.ladder.evaluations import eval_cap, evaluate_candidate
+from labelrl.ladder.evaluations import eval_cap, evaluate_candidate, scoring_job
 from labelrl.ladder.layout import eval_paths
 from labelrl.ladder.side_by_side import Job, train_side_by_side
 from labelrl.ladder.spec import TaskSpec
@@ -198,7 +198,7 @@ def tune_arm(task: TaskSpec, task_dir: Path, arm_name: str, arm_type: str, cfg: 
     names = candidate_names(grid.candidates)
     candidates = [with_values(cfg, values, out=arm_dir / TUNE_DIR / name) for values, name in zip(grid.candidates, names)]
     if workers > 1:  # every candidate trained and scored on val side by side; then read back here, in order
-        scored = {"kind": "candidate", "task": task.model_dump(mode="json"), "cap": eval_cap(task, arm_type, cfg, configs)}
+        scored = scoring_job("candidate", task, eval_cap(task, arm_type, cfg, configs))
         train_side_by_side([Job(f"{arm_name}: {values_text(v)}", arm_type, c, task_dir, evaluate=scored)
                             for v, c in zip(grid.candidates, candidates)], workers, console)
     for values, candidate in zip(grid.candidates, candidates):

@@ -60,11 +60,7 @@ def clip_loss(
     ``eps_high=None`` uses ``eps_low`` (symmetric PPO clipping).
     """
     _check_shapes(logprobs, old_logprobs)
-    low, high = clip_range(eps_low, eps_high)
-    adv = _per_token(advantages, logprobs)
-    ratio = torch.exp(logprobs - old_logprobs)
-    clipped = torch.clamp(ratio, low, high)
-    return -torch.min(ratio * adv, clipped * adv)
+    return _clipped_objective(torch.exp(logprobs - old_logprobs), _per_token(advantages, logprobs), eps_low, eps_high)
 
 
 @SURROGATES.register("gspo")
@@ -93,11 +89,14 @@ def gspo_loss(
     with no real token gets ``s = 1``.
     """
     _check_shapes(logprobs, old_logprobs)
-    low, high = clip_range(eps_low, eps_high)
-    adv = _per_token(advantages, logprobs)
     ratio = sequence_ratio(logprobs, old_logprobs, mask)
-    clipped = torch.clamp(ratio, low, high)
-    return (-torch.min(ratio * adv, clipped * adv)).expand_as(logprobs)
+    return _clipped_objective(ratio, _per_token(advantages, logprobs), eps_low, eps_high).expand_as(logprobs)
+
+
+def _clipped_objective(ratio: torch.Tensor, adv: torch.Tensor, eps_low: float, eps_high: float | None) -> torch.Tensor:
+    """``−min(ratio·A, clip(ratio, 1 − eps_low, 1 + eps_high)·A)``: PPO's Eq. 7, whatever the ratio's level."""
+    low, high = clip_range(eps_low, eps_high)
+    return -torch.min(ratio * adv, torch.clamp(ratio, low, high) * adv)
 
 
 def sequence_ratio(logprobs: torch.Tensor, old_logprobs: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
