@@ -103,6 +103,12 @@ def test_side_by_side_trains_in_workers_and_changes_no_model(toy, tmp_path, monk
         a, b = (pd.read_parquet(root / "toy" / "eval" / f"{tag}.parquet") for root in (tmp_path / "two", tmp_path / "one"))
         assert a["id"].tolist() == b["id"].tolist() and a["prediction"].tolist() == b["prediction"].tolist(), tag
         assert np.array_equal(a["score"].to_numpy(), b["score"].to_numpy()), tag
+    # each RL run's path on val starts from its parent's val scores, read in both ladders rather than scored again
+    for root in (tmp_path / "two", tmp_path / "one"):
+        for run in ("grpo@s0", "grpo@s1"):
+            first = json.loads((root / "toy" / run / "val_path.jsonl").read_text(encoding="utf-8").splitlines()[0])
+            parent_val = root.resolve() / "toy" / "eval" / f"sft@{run.split('@')[1]}-val.parquet"
+            assert first["step"] == 0 and first["read_from"] == str(parent_val), (root, run)
     # and the runs did train: the tuned candidates differ from each other
     first, second = _weights(task / RUNS[0]), _weights(task / RUNS[1])
     assert any(not torch.equal(first[n], second[n]) for n in first)

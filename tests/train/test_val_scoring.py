@@ -8,6 +8,7 @@ import pytest
 import yaml
 
 from labelrl import metrics_keys as K
+from labelrl.evaluate.io import write_predictions
 from labelrl.evaluate.predict import predict
 from labelrl.evaluate.setup import run_data_options
 from labelrl.evaluate.val_path import val_point
@@ -16,7 +17,7 @@ from labelrl.ladder.arms import arm_config
 from labelrl.ladder.recipe import load_recipe
 from labelrl.train import rl
 from labelrl.train.config import RLConfig
-from labelrl.train.val_scoring import due, enabled
+from labelrl.train.val_scoring import due, enabled, path_items
 
 BINARY_FIELDS = {"step", "n", "seconds", "accuracy", "balanced_accuracy", "recall", "label_share", "positive_label",
                  "fpr", "tpr", "roc_auc"}
@@ -103,6 +104,66 @@ def test_the_ladder_scores_rl_arms_on_its_val_sample(tmp_path):
     recipe = load_recipe(path)
     assert arm_config(recipe, "toy", "grpo", tmp_path).eval_limit == 48  # the task's, not RLConfig's 200
     assert arm_config(recipe, "toy", "own", tmp_path).eval_limit == 8  # an arm may still set its own
+    # its own 8 are drawn within the task's 48, so step 0 can be read from the parent's val scores
+    own = arm_config(recipe, "toy", "own", tmp_path)
+    assert own.val_path_within == 48 and own.val_path_start == tmp_path / "toy" / "eval" / "sft-val.parquet"
     raw["tasks"]["toy"].pop("eval_limit")
     path.write_text(yaml.safe_dump(raw), encoding="utf-8")
     assert arm_config(load_recipe(path), "toy", "grpo", tmp_path).eval_limit is None  # the whole val split, as the ladder
+
+
+def _start_file(model: str, run_dir, limit: int, path, precision: str = "fp32"):
+    """`labelrl eval`'s val predictions of ``model`` on ``limit`` items of the run's val split."""
+    pred = predict(model, run_data_options(run_dir), "val", limit=limit, splits_dir=run_dir, precision=precision)
+    return write_predictions(pred, path)
+
+
+def test_step_0_is_read_from_the_starting_models_val_predictions(distinct_data, rl_config, tmp_path, capfd):
+    options = dict(OPTIONS, steps=1, checkpoint_every=1, eval_limit=12, val_path_within=20)
+    scored = tmp_path / "scored"
+    rl.run_rl(rl_config("tiny-random", distinct_data, scored, **options))
+    start = _start_file("tiny-random", scored, 20, tmp_path / "start-val.parquet")
+    read = tmp_path / "read"
+    rl.run_rl(rl_config("tiny-random", distinct_data, read, val_path_start=start, **options))
+    first_scored, first_read = read_jsonl(scored / "val_path.jsonl")[0], read_jsonl(read / "val_path.jsonl")[0]
+    assert "read_from" not in first_scored and first_read["read_from"] == str(start)
+    # the same point as scoring the starting model: its 12 items drawn within the file's 20, the same probabilities
+    assert _without_seconds([first_read])[0] == {**_without_seconds([first_scored])[0], "read_from": str(start)}
+    assert "step 0 scored" not in capfd.readouterr().err
+    # later steps are scored as always
+    assert [("read_from" in r) for r in read_jsonl(read / "val_path.jsonl")] == [True, False]
+
+
+def test_the_path_items_lie_within_the_val_sample_it_is_told(distinct_data, rl_config, tmp_path):
+    cfg = rl_config("tiny-random", distinct_data, tmp_path / "run", eval_limit=6, val_path_within=20)
+    from labelrl.data.prepare import prepare_data, val_sample
+
+    data = prepare_data(cfg, tmp_path / "run")
+    within = {ex.id for ex in val_sample(data, 20)}
+    items = path_items(data, cfg)
+    assert len(items) == 6 and {ex.id for ex in items} <= within
+    # unset: drawn from the whole split, as --eval-limit alone draws them
+    whole = path_items(data, cfg.model_copy(update={"val_path_within": None}))
+    assert [ex.id for ex in whole] == [ex.id for ex in val_sample(data, 6)]
+
+
+@pytest.mark.parametrize("case", ["another model", "items missing", "other precision", "no file"])
+def test_step_0_is_scored_when_the_file_cannot_stand_for_the_starting_model(distinct_data, rl_config, tmp_path, capfd,
+                                                                            case):
+    options = dict(OPTIONS, steps=1, checkpoint_every=1, eval_limit=12, val_path_within=20)
+    first = tmp_path / "first"
+    rl.run_rl(rl_config("tiny-random", distinct_data, first, **options))
+    start, why = {
+        "another model": (lambda p: _start_file(str(first), first, 20, p), "its model's weights are not the starting model's"),
+        "items missing": (lambda p: _start_file("tiny-random", first, 8, p), "items are not in it"),
+        "other precision": (lambda p: _start_file("tiny-random", first, 20, p, precision="bf16"),
+                            "precision 'bf16', not 'fp32'"),
+        "no file": (lambda p: p, "no such file"),
+    }[case]
+    path = start(tmp_path / "start-val.parquet")
+    capfd.readouterr()
+    run = tmp_path / "run"
+    rl.run_rl(rl_config("tiny-random", distinct_data, run, val_path_start=path, **options))
+    assert "read_from" not in read_jsonl(run / "val_path.jsonl")[0]
+    err = " ".join(capfd.readouterr().err.split())
+    assert f"val path: step 0 scored, not read from {path}" in err and why in err

@@ -27,7 +27,8 @@ from labelrl.ladder.spec import TaskSpec
 # Keys the ladder sets itself; a recipe setting them would silently break the wiring.
 WIRED = {
     "sft": {"out", "traces", "only_ids_from", "train_labels"},
-    "rl": {"out", "model", "random_reward", "resume", "success_threshold", "train_labels"},
+    "rl": {"out", "model", "random_reward", "resume", "success_threshold", "train_labels", "val_path_within",
+           "val_path_start"},
     "distill": {"out", "run_dir", "split", "teacher"},
     "threshold": {"out", "parent"},
     "relabel": {"out", "only_ids"},
@@ -108,6 +109,9 @@ def _wiring(recipe: Recipe, task: TaskSpec, task_dir: Path, arm_name: str, *, fo
         wired["model"] = str(parent)
         wired["random_reward"] = arm.type == "random_reward"
         wired["success_threshold"] = task.success_threshold  # one definition of failure for every arm
+        # the path on val: items among the task's val sample, step 0 read from the parent's val scores
+        wired["val_path_within"] = task.eval_limit
+        wired["val_path_start"] = eval_paths(task_dir, arm.from_, "val")[0]
     if arm.labels_from:  # the relabel arm's key (labelrl.data.train_labels): same items, its labels
         wired["train_labels"] = task_dir / arm.labels_from / "answer_key.json"
     return wired

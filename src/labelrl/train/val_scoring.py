@@ -7,6 +7,15 @@ the scorer of ``labelrl eval`` and of SFT (``labelrl.evaluate.predict.score_coun
 ``labelrl.evaluate.val_path.val_point`` of its answers. The other processes wait at the step's
 checkpoint barrier (at step 0, at the one here).
 
+The items are ``--eval-limit`` of the val sample of ``--val-path-within`` items (the whole split
+when unset): the ladder sets its task's val sample there, so the path's items are among those its
+val evaluations score, and with ``--val-path-start`` (the ladder gives each RL arm its parent's val
+predictions) step 0's point is read from the starting model's scores instead of scoring the same
+model again. It is read only when the file's model has the starting model's weights bit for bit
+(``labelrl.models.load.model_fingerprint``), its scores were taken in the run's precision and it
+holds every path item; otherwise step 0 is scored, and stderr says why. The line then names the
+file (``read_from``).
+
 A step's line is written before its checkpoint, so a kill loses it only together with the
 checkpoint: on resume the lines after the checkpoint's step are dropped (as ``metrics.jsonl``'s
 are) and redone, and a due step without its line (a kill during step 0's scoring) is scored again.
@@ -14,10 +23,15 @@ are) and redone, and a due step without its line (a kill during step 0's scoring
 
 from __future__ import annotations
 
+import sys
 import time
+from pathlib import Path
+
+import numpy as np
 
 from labelrl import metrics_keys as K
 from labelrl.data.prepare import prompt_ids, val_sample
+from labelrl.data.sample import sample_examples
 from labelrl.evaluate.val_path import VAL_PATH_FILE, val_point
 from labelrl.fileio import append_jsonl, atomic_write_jsonl, read_jsonl
 
@@ -62,16 +76,54 @@ def score_and_write(run) -> dict | None:
 
     started = time.perf_counter()
     cfg, data = run.cfg, run.data
-    examples, prompts = val_prompts(run, val_sample(data, cfg.eval_limit))
+    examples, prompts = val_prompts(run, path_items(data, cfg))
     if not examples:
         return None
-    probs = score_counted(run.policy, run.tokenizer, prompts, data.dataset.labels, batch_size=16,
-                          description=f"scoring {len(examples)} val items at step {run.step}", plain=cfg.quiet,
-                          dtype=run.dtype)
-    point = val_point(data.dataset.labels, [ex.label for ex in examples], probs.double().numpy())
-    record = {"step": run.step, **point, "seconds": round(time.perf_counter() - started, 3)}
+    probs, read_from = None, {}
+    if run.step == 0 and cfg.val_path_start is not None:
+        probs, why = starting_scores(run, examples)
+        if probs is None:
+            print(f"val path: step 0 scored, not read from {cfg.val_path_start}: {why}", file=sys.stderr, flush=True)
+        else:
+            read_from = {"read_from": str(cfg.val_path_start)}
+    if probs is None:
+        probs = score_counted(run.policy, run.tokenizer, prompts, data.dataset.labels, batch_size=16,
+                              description=f"scoring {len(examples)} val items at step {run.step}", plain=cfg.quiet,
+                              dtype=run.dtype).double().numpy()
+    point = val_point(data.dataset.labels, [ex.label for ex in examples], probs)
+    record = {"step": run.step, **point, "seconds": round(time.perf_counter() - started, 3), **read_from}
     append_jsonl(run.run_dir / VAL_PATH_FILE, record)
     return record
+
+
+def path_items(data, cfg) -> list:
+    """The path's items: ``--eval-limit`` of the val sample of ``--val-path-within`` items."""
+    return sample_examples(val_sample(data, cfg.val_path_within), cfg.eval_limit, data.split_seed)
+
+
+def starting_scores(run, examples: list) -> tuple[np.ndarray | None, str]:
+    """The label probabilities [N, K] of ``examples`` from ``--val-path-start`` (module
+    docstring), or None and why they cannot stand for scoring the starting model here."""
+    from labelrl.evaluate.io import read_predictions
+    from labelrl.models.load import model_fingerprint
+    from labelrl.models.precision import precision_name
+
+    path, labels = Path(run.cfg.val_path_start), run.data.dataset.labels
+    if not path.is_file():
+        return None, "no such file"
+    pred = read_predictions(path)
+    info, scores = pred.info, pred.scores()
+    wanted = {"split": "val", "method": "scores", "precision": precision_name(run.dtype)}
+    differs = [f"{k} {info.get(k)!r}, not {v!r}" for k, v in wanted.items() if info.get(k) != v]
+    if differs or scores is None or tuple(pred.labels.labels) != tuple(labels.labels):
+        return None, "; ".join(differs) or f"its labels {list(pred.labels.labels)} or scores do not fit this run's"
+    rows = {item: i for i, item in enumerate(pred.ids)}
+    missing = [ex.id for ex in examples if ex.id not in rows]
+    if missing:
+        return None, f"{len(missing)} of the path's {len(examples)} items are not in it (e.g. id {missing[0]!r})"
+    if info.get("model_fingerprint") != model_fingerprint(run.policy):
+        return None, "its model's weights are not the starting model's"
+    return scores[[rows[ex.id] for ex in examples]], ""
 
 
 def val_prompts(run, examples: list) -> tuple[list, list[list[int]]]:
