@@ -61,3 +61,30 @@ def test_sweep_words():
     assert sweep_word("operating point above the curve (ΔTPR +0.1 …)") == "above"
     assert sweep_word("operating point uninformative: a (near-)constant predictor") == "uninformative"
     assert sweep_word(None) == "—"
+
+
+def test_with_several_seeds_each_cell_says_how_many_agree_in_sign():
+    def seeded(delta, se, pair_deltas):
+        c = comparison("vs_sft", "grpo", delta, se)
+        c["result"]["metrics"]["balanced_accuracy"]["pair_deltas"] = pair_deltas
+        return c
+
+    # all three seeds below: "▼ -0.095 3/3"; the mean above with one seed below: "= (≥…) 2/3"
+    assert cell(seeded(-0.095, 0.02, [-0.12, -0.08, -0.085]))["text"] == "▼ -0.095 3/3"
+    assert cell(seeded(0.04, 0.05, [0.1, 0.05, -0.03]))["text"] == "= (≥0.140) 2/3"  # (1.960 + 0.842)·0.05
+    # a seed with no difference does not agree with a non-zero mean; one seed: no count
+    assert cell(seeded(0.03, 0.01, [0.05, 0.04, 0.0]))["text"] == "▲ +0.030 2/3"
+    assert cell(seeded(0.03, 0.01, [0.03]))["text"] == "▲ +0.030"
+
+
+def test_the_console_grid_explains_the_seed_count():
+    from rich.console import Console
+
+    from labelrl.cli.ladder import print_grid
+
+    c = comparison("vs_sft", "grpo", -0.095, 0.02)
+    c["result"]["metrics"]["balanced_accuracy"]["pair_deltas"] = [-0.12, -0.08, -0.085]
+    out = Console(record=True, width=200)
+    assert print_grid(task_grid([{"arm": "grpo", "runs": ["grpo@s0", "grpo@s1", "grpo@s2"]}], [c]), out)
+    text = " ".join(out.export_text().split())
+    assert "▼ -0.095 3/3" in text and "k/n: of the n seeds' paired Δ, the k with the sign of their mean" in text

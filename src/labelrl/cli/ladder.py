@@ -104,6 +104,7 @@ def print_grid(grid: dict | None, out: Console | None = None) -> bool:
     out = out or console
     if not grid or "rows" not in grid or not grid["rows"]:
         return False
+    from labelrl.ladder.grid import LEGEND
     from labelrl.report.grid_table import grid_lines
 
     header, *rows = grid_lines(grid)
@@ -112,9 +113,7 @@ def print_grid(grid: dict | None, out: Console | None = None) -> bool:
         table.add_row(*row)
     out.print(f"  {grid['sentence']}", highlight=False)
     out.print(table)
-    out.print("  ▲/▼ better/worse after the Holm correction over the task's comparisons (Δ of balanced accuracy; "
-              "of ROC-AUC for the ranking); = no detectable difference (≥ the smallest it could detect)",
-              highlight=False)
+    out.print(f"  {LEGEND}", highlight=False)
     return True
 
 

@@ -218,16 +218,23 @@ def tested(result: dict, metric: str = "balanced_accuracy") -> dict:
     return correct([(m["delta"], m.get("se"))])[0]
 
 
-def seed_agreement(m: dict) -> str:
-    """``3/3 seeds higher``: how many pairs of runs (``pair_deltas``) have Δ's sign; Δ = 0 counts the
-    pairs with no difference."""
+def seed_count(m: dict) -> tuple[int, int] | None:
+    """(k, n): of the n pairs of runs (``pair_deltas``, one per seed), the k whose Δ has the sign of
+    the mean Δ (Δ = 0: the pairs with no difference); None without them."""
     deltas = [d for d in m.get("pair_deltas") or [] if d is not None and np.isfinite(d)]
     if not deltas or m.get("delta") is None:
-        return ""
+        return None
     sign = np.sign(m["delta"])
-    agree = sum(np.sign(d) == sign for d in deltas)
-    direction = "no different" if sign == 0 else ("lower" if sign < 0 else "higher")
-    return f"{agree}/{len(deltas)} seeds {direction}"
+    return int(sum(np.sign(d) == sign for d in deltas)), len(deltas)
+
+
+def seed_agreement(m: dict) -> str:
+    """``3/3 seeds higher``: ``seed_count`` in words."""
+    count = seed_count(m)
+    if count is None:
+        return ""
+    direction = "no different" if m["delta"] == 0 else ("lower" if m["delta"] < 0 else "higher")
+    return f"{count[0]}/{count[1]} seeds {direction}"
 
 
 def verdict_words(result: dict, metric: str = "balanced_accuracy") -> str:

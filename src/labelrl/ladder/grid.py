@@ -8,6 +8,8 @@ failed-positive fraction. Every cell is read from the corrected decisions
 
 * ``▲ +0.028`` better, ``▼ -0.062`` worse (Δ of balanced accuracy, or of ROC-AUC for the ranking);
 * ``= (≥0.054)`` no detectable difference, with the smallest |Δ| it could have detected;
+* with several seeds, how many agree: ``▼ -0.095 3/3``, ``= (≥0.137) 2/3`` (of the n seeds'
+  paired Δ, the k with the sign of their mean; ``labelrl.evaluate.paired.seed_count``);
 * ``collapsed`` / ``not a result`` where the arm's side is named so (``labelrl.ladder.collapse``);
 * the sweep's position (``on curve``, ``above``, ``below``, ``uninformative``).
 
@@ -17,10 +19,20 @@ baseline every RL arm has to beat) and SFT, by how much, and which are worse or 
 
 from __future__ import annotations
 
-from labelrl.evaluate.paired import tested
+from labelrl.evaluate.paired import seed_count, tested
 
 GLYPH = {"better": "▲", "worse": "▼"}
 HOLDOUT = "holdout"
+# under every grid, on the console and in the report
+LEGEND = ("▲/▼ better/worse after the Holm correction over the task's comparisons (Δ of balanced accuracy; of "
+          "ROC-AUC for the ranking); = no detectable difference (≥ the smallest it could detect); k/n: of the n "
+          "seeds' paired Δ, the k with the sign of their mean")
+
+
+def _seeds(m: dict) -> str:
+    """" 3/3" with two seeds or more (``seed_count``), "" with one."""
+    count = seed_count(m)
+    return f" {count[0]}/{count[1]}" if count and count[1] > 1 else ""
 
 
 def cell(c: dict) -> dict:
@@ -37,9 +49,9 @@ def cell(c: dict) -> dict:
         word = "better" if m["delta"] > 0 else "worse"
         if word == "worse" and c.get("collapsed", {}).get("b"):
             return {"word": "collapsed", "text": "collapsed", "delta": m["delta"]}
-        return {"word": word, "text": f"{GLYPH[word]} {m['delta']:+.3f}", "delta": m["delta"]}
+        return {"word": word, "text": f"{GLYPH[word]} {m['delta']:+.3f}{_seeds(m)}", "delta": m["delta"]}
     mde = decision.get("detectable")
-    return {"word": "none", "text": "=" + (f" (≥{mde:.3f})" if mde is not None else ""), "delta": m["delta"]}
+    return {"word": "none", "text": "=" + (f" (≥{mde:.3f})" if mde is not None else "") + _seeds(m), "delta": m["delta"]}
 
 
 def _columns(comparisons: list[dict]) -> list[tuple[str, str, str]]:
