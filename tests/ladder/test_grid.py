@@ -88,3 +88,8 @@ def test_the_console_grid_explains_the_seed_count():
     assert print_grid(task_grid([{"arm": "grpo", "runs": ["grpo@s0", "grpo@s1", "grpo@s2"]}], [c]), out)
     text = " ".join(out.export_text().split())
     assert "▼ -0.095 3/3" in text and "k/n: of the n seeds' paired Δ, the k with the sign of their mean" in text
+    # one seed: no count in any cell, and the legend does not explain one
+    one = Console(record=True, width=200)
+    print_grid(task_grid([{"arm": "grpo", "runs": ["grpo"]}], [comparison("vs_sft", "grpo", -0.095, 0.02)]), one)
+    text = " ".join(one.export_text().split())
+    assert "▼ -0.095 " in text and "3/3" not in text and "k/n" not in text

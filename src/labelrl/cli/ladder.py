@@ -104,7 +104,7 @@ def print_grid(grid: dict | None, out: Console | None = None) -> bool:
     out = out or console
     if not grid or "rows" not in grid or not grid["rows"]:
         return False
-    from labelrl.ladder.grid import LEGEND
+    from labelrl.ladder.grid import legend
     from labelrl.report.grid_table import grid_lines
 
     header, *rows = grid_lines(grid)
@@ -113,7 +113,7 @@ def print_grid(grid: dict | None, out: Console | None = None) -> bool:
         table.add_row(*row)
     out.print(f"  {grid['sentence']}", highlight=False)
     out.print(table)
-    out.print(f"  {LEGEND}", highlight=False)
+    out.print(f"  {legend(grid)}", highlight=False)
     return True
 
 

@@ -19,14 +19,23 @@ baseline every RL arm has to beat) and SFT, by how much, and which are worse or 
 
 from __future__ import annotations
 
+import re
+
 from labelrl.evaluate.paired import seed_count, tested
 
 GLYPH = {"better": "▲", "worse": "▼"}
 HOLDOUT = "holdout"
-# under every grid, on the console and in the report
-LEGEND = ("▲/▼ better/worse after the Holm correction over the task's comparisons (Δ of balanced accuracy; of "
-          "ROC-AUC for the ranking); = no detectable difference (≥ the smallest it could detect); k/n: of the n "
-          "seeds' paired Δ, the k with the sign of their mean")
+SEEDS = re.compile(r" \d+/\d+$")  # a cell's seed count (``_seeds``)
+
+
+def legend(grid: dict) -> str:
+    """The line under a grid, on the console and in the report; the seed count is explained where
+    a cell shows one."""
+    text = ("▲/▼ better/worse after the Holm correction over the task's comparisons (Δ of balanced accuracy; of "
+            "ROC-AUC for the ranking); = no detectable difference (≥ the smallest it could detect)")
+    if any(SEEDS.search(c.get("text", "")) for r in grid.get("rows", []) for c in r.get("cells", {}).values()):
+        text += "; k/n: of the n seeds' paired Δ, the k with the sign of their mean"
+    return text
 
 
 def _seeds(m: dict) -> str:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import statistics
 from collections import defaultdict
 
-from labelrl.ladder.grid import LEGEND
+from labelrl.ladder.grid import legend
 from labelrl.report import figures as F
 from labelrl.report.analyses import noise_seed_words, noise_slope_lines
 from labelrl.report.render import Block, FigureSink, Items, Para, TableBlock, fmt, fmt_ci
@@ -55,7 +55,7 @@ def grid_blocks(task: TaskData) -> list[Block]:
     if not grid.get("rows"):
         return []
     header, *rows = grid_lines(grid)
-    caption = f"{task.name}: {LEGEND}"
+    caption = f"{task.name}: {legend(grid)}"
     return [Para(f"{task.name}: {grid['sentence']}"), TableBlock(header, rows, caption)]
 
 
