@@ -71,6 +71,7 @@ def test_with_several_seeds_each_cell_says_how_many_agree_in_sign():
 
     # all three seeds below: "▼ -0.095 3/3"; the mean above with one seed below: "= (≥…) 2/3"
     assert cell(seeded(-0.095, 0.02, [-0.12, -0.08, -0.085]))["text"] == "▼ -0.095 3/3"
+    assert cell(seeded(-0.095, 0.02, [-0.12, -0.08, -0.085]))["seeds"] == [3, 3]
     assert cell(seeded(0.04, 0.05, [0.1, 0.05, -0.03]))["text"] == "= (≥0.140) 2/3"  # (1.960 + 0.842)·0.05
     # a seed with no difference does not agree with a non-zero mean; one seed: no count
     assert cell(seeded(0.03, 0.01, [0.05, 0.04, 0.0]))["text"] == "▲ +0.030 2/3"

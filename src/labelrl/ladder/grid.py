@@ -19,13 +19,10 @@ baseline every RL arm has to beat) and SFT, by how much, and which are worse or 
 
 from __future__ import annotations
 
-import re
-
 from labelrl.evaluate.paired import seed_count, tested
 
 GLYPH = {"better": "▲", "worse": "▼"}
 HOLDOUT = "holdout"
-SEEDS = re.compile(r" \d+/\d+$")  # a cell's seed count (``_seeds``)
 
 
 def legend(grid: dict) -> str:
@@ -33,20 +30,24 @@ def legend(grid: dict) -> str:
     a cell shows one."""
     text = ("▲/▼ better/worse after the Holm correction over the task's comparisons (Δ of balanced accuracy; of "
             "ROC-AUC for the ranking); = no detectable difference (≥ the smallest it could detect)")
-    if any(SEEDS.search(c.get("text", "")) for r in grid.get("rows", []) for c in r.get("cells", {}).values()):
+    if any(c.get("seeds") for r in grid.get("rows", []) for c in r.get("cells", {}).values()):
         text += "; k/n: of the n seeds' paired Δ, the k with the sign of their mean"
     return text
 
 
-def _seeds(m: dict) -> str:
-    """" 3/3" with two seeds or more (``seed_count``), "" with one."""
+def _with_seeds(word: str, text: str, m: dict) -> dict:
+    """A decided cell; with two seeds or more (``seed_count``) its ``seeds`` [k, n] and its text
+    ending " k/n"."""
     count = seed_count(m)
-    return f" {count[0]}/{count[1]}" if count and count[1] > 1 else ""
+    if not count or count[1] < 2:
+        return {"word": word, "text": text, "delta": m["delta"]}
+    return {"word": word, "text": f"{text} {count[0]}/{count[1]}", "delta": m["delta"], "seeds": list(count)}
 
 
 def cell(c: dict) -> dict:
-    """One comparison's cell: ``{"word", "text", "delta"}``; word ∈ better, worse, none, collapsed,
-    not a result (the tested metric's corrected decision, or how the ladder named a side)."""
+    """One comparison's cell: ``{"word", "text", "delta"}`` (and ``"seeds"`` with several); word ∈
+    better, worse, none, collapsed, not a result (the tested metric's corrected decision, or how the
+    ladder named a side)."""
     result = c["result"]
     family = result.get("family") or {}
     metric = family.get("metric", "roc_auc" if c.get("kind") == "curve_vs_sft" else "balanced_accuracy")
@@ -58,9 +59,9 @@ def cell(c: dict) -> dict:
         word = "better" if m["delta"] > 0 else "worse"
         if word == "worse" and c.get("collapsed", {}).get("b"):
             return {"word": "collapsed", "text": "collapsed", "delta": m["delta"]}
-        return {"word": word, "text": f"{GLYPH[word]} {m['delta']:+.3f}{_seeds(m)}", "delta": m["delta"]}
+        return _with_seeds(word, f"{GLYPH[word]} {m['delta']:+.3f}", m)
     mde = decision.get("detectable")
-    return {"word": "none", "text": "=" + (f" (≥{mde:.3f})" if mde is not None else "") + _seeds(m), "delta": m["delta"]}
+    return _with_seeds("none", "=" + (f" (≥{mde:.3f})" if mde is not None else ""), m)
 
 
 def _columns(comparisons: list[dict]) -> list[tuple[str, str, str]]:
