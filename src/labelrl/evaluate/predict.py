@@ -94,11 +94,12 @@ def score_counted(model, tokenizer, prompts: list[list[int]], labels: LabelSpace
     not the items: shortest first, the first items' pace would promise the long ones far too soon."""
     import torch
 
-    from labelrl.evaluate.score import score_labels, scoring_weights
+    from labelrl.evaluate.score import score_labels, scoring_weights, split_prefix
     from labelrl.progress import Counter
 
     dtype = dtype or torch.float32
     fast = scoring_weights(model, dtype) if prompts else None  # gathered once for every batch
+    past = split_prefix(model, prompts, fast)  # the prompts' shared prefix, run once for every batch
     batch_size = max(batch_size, FAST_SCORE_ROWS) if fast is not None else batch_size
     order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
     out = torch.zeros((len(prompts), labels.k))
@@ -111,7 +112,7 @@ def score_counted(model, tokenizer, prompts: list[list[int]], labels: LabelSpace
     with Counter(len(prompts), description, plain=plain, work=sum(cost) or None) as count:
         for rows, work in zip(batches, cost):
             out[rows] = score_labels(model, tokenizer, [prompts[i] for i in rows], labels, batch_size=batch_size,
-                                     dtype=dtype, fast=fast).to(out.dtype)
+                                     dtype=dtype, fast=fast, past=past).to(out.dtype)
             count.advance(len(rows), work=work)
     return out
 

@@ -22,6 +22,7 @@ of 16, and 1.28 s in batches of 64 (``benchmarks/scoring.py``).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Sequence
 
 import torch
@@ -58,17 +59,49 @@ def scoring_weights(model, dtype: torch.dtype):
         return fuse_llama(model, rows=16, dtype=dtype, fold_all=True)
 
 
+@dataclass
+class SplitPrefix:
+    """The first ``length`` tokens every prompt of a split starts with, and each layer's keys
+    and values over them (``labelrl.rollout.fast_decode.prefix_kv``)."""
+
+    length: int
+    layer_kv: list
+
+
 @torch.inference_mode()
-def _last_logprobs(model, seqs: Sequence[Sequence[int]], pad: int, dtype: torch.dtype, fast=None) -> torch.Tensor:
+def split_prefix(model, prompt_ids: Sequence[Sequence[int]], fast) -> SplitPrefix | None:
+    """The prefix all of ``prompt_ids`` share, run once for every batch of ``score_labels``
+    (``past``), or None: no packed weights, sliding-window layers (they count columns), or
+    fewer than ``MIN_SHARED`` shared tokens. Run per batch instead, vader-movies' 130-token
+    rubric prefix is a tenth of the positions of a batch of 32 prompts (about 30 tokens each
+    after it)."""
+    from labelrl.rollout.fast_decode import prefix_kv
+    from labelrl.rollout.prefix import shared_prefix_length
+
+    if fast is None or any(layer.sliding_window for layer in fast.layers):
+        return None
+    shared = shared_prefix_length(prompt_ids)
+    if not shared:
+        return None
+    ids = torch.tensor([list(prompt_ids[0][:shared])], dtype=torch.long, device=model_device(model))
+    return SplitPrefix(shared, prefix_kv(fast, ids))
+
+
+@torch.inference_mode()
+def _last_logprobs(model, seqs: Sequence[Sequence[int]], pad: int, dtype: torch.dtype, fast=None,
+                   past: SplitPrefix | None = None) -> torch.Tensor:
     # Only the last position's logits are needed: the full [B, L, V] tensor costs an extra
     # vocabulary projection per prompt token and B·L·V floats of memory.
     if fast is not None:
         from labelrl.rollout.fast_decode import last_logits
-        from labelrl.rollout.prefix import prefill_inputs
+        from labelrl.rollout.prefix import prefill_inputs, remainder_inputs
 
-        sliding = any(layer.sliding_window for layer in fast.layers)
-        *inputs, prefix = prefill_inputs(seqs, pad, model_device(model), sliding)
-        logits = last_logits(fast, *inputs, prefix=prefix)
+        if past is not None:
+            logits = last_logits(fast, *remainder_inputs(seqs, past.length, pad, model_device(model)), past=past.layer_kv)
+        else:
+            sliding = any(layer.sliding_window for layer in fast.layers)
+            *inputs, prefix = prefill_inputs(seqs, pad, model_device(model), sliding)
+            logits = last_logits(fast, *inputs, prefix=prefix)
     else:
         logits = tail_logits(model, seqs, pad, dtype, 1, model_device(model))[:, -1, :]
     return torch.log_softmax(logits.float(), dim=-1)
@@ -88,7 +121,7 @@ def _sequence_logprob(model, prefixes: Sequence[Sequence[int]], cont: Sequence[i
 
 def score_labels(
     model, tokenizer, prompt_ids: Sequence[Sequence[int]], labels: LabelSpace, *, batch_size: int = 16,
-    dtype: torch.dtype = torch.float32, fast=None,
+    dtype: torch.dtype = torch.float32, fast=None, past: SplitPrefix | None = None,
 ) -> torch.Tensor:
     """Probabilities [N, K] of each label for each prompt (rows sum to 1).
 
@@ -96,7 +129,8 @@ def score_labels(
     to a similar length; the rows come back in the input order. With left padding and the
     attention mask a prompt's scores do not depend on its batch (up to float rounding).
     ``fast``: ``scoring_weights(model, dtype)``, used when every label starts with its own
-    token (one pass); labels sharing a first token keep the module pass."""
+    token (one pass); labels sharing a first token keep the module pass. ``past``:
+    ``split_prefix`` of prompts these start with, used with ``fast``."""
     label_ids = label_token_ids(tokenizer, labels)
     prefix = tokenizer(ANSWER_PREFIX, add_special_tokens=False)["input_ids"]
     pad = pad_id(tokenizer)
@@ -109,7 +143,7 @@ def score_labels(
     for start in range(0, len(order), batch_size):
         chunk = [list(prompt_ids[i]) + prefix for i in order[start : start + batch_size]]
         if distinct_first:
-            logp = _last_logprobs(model, chunk, pad, dtype, fast)[:, first]
+            logp = _last_logprobs(model, chunk, pad, dtype, fast, past)[:, first]
         else:
             logp = torch.stack([_sequence_logprob(model, chunk, ids, pad, dtype) for ids in label_ids], dim=-1)
         rows.append(torch.softmax(logp.float(), dim=-1))

@@ -65,6 +65,14 @@ def scored_evaluations(task: TaskSpec, arm_type: str, mode: str) -> list[tuple[s
 def evaluate_final(task: TaskSpec, task_dir: Path, arm_name: str, arm_type: str, cfg, configs: dict, st: dict,
                    save: Callable[[], None], console) -> None:
     """Run every evaluation of the module docstring the task asks for, saving state after each."""
+    from labelrl.evaluate.setup import shared_models
+
+    with shared_models():  # the arm's model is loaded once for all of them
+        _evaluate_final(task, task_dir, arm_name, arm_type, cfg, configs, st, save, console)
+
+
+def _evaluate_final(task: TaskSpec, task_dir: Path, arm_name: str, arm_type: str, cfg, configs: dict, st: dict,
+                    save: Callable[[], None], console) -> None:
     from labelrl.evaluate.ledger import summary_metrics
 
     mode, cap = cfg.mode, eval_cap(task, arm_type, cfg, configs)
@@ -117,13 +125,15 @@ def evaluate_ahead(task: TaskSpec, task_dir: Path, arm_name: str, arm_type: str,
     """``scored_evaluations`` of a run a side-by-side worker has just trained, as the ladder would
     make them (``evaluate_arm`` writes each report; ``evaluate_final`` then reads them back). A run
     the task stops on collapse is not scored: the ladder spends no look on it."""
+    from labelrl.evaluate.setup import shared_models
     from labelrl.ladder.collapse import stops_on_collapse
 
     if FAMILY[arm_type] == "rl":
         if stops_on_collapse(task, {"train": rl_training_summary(task_dir / arm_name)}):
             return
-    for _key, where in scored_evaluations(task, arm_type, mode):
-        evaluate_arm(task, task_dir, arm_name, mode, **where, max_new_tokens=cap, precision=precision)
+    with shared_models():  # the run's model is loaded once for all of them
+        for _key, where in scored_evaluations(task, arm_type, mode):
+            evaluate_arm(task, task_dir, arm_name, mode, **where, max_new_tokens=cap, precision=precision)
 
 
 def wants_train_scores(task: TaskSpec) -> bool:

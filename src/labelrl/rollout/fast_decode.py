@@ -49,7 +49,7 @@ from labelrl.rollout.llama_layer import (_attention_residual, _embed, _logits, _
                                          _tables, attention_masks, real_tokens)
 from labelrl.rollout.projection import project
 
-__all__ = ["FastLlamaDecoder", "LlamaWeights", "fast_prefill", "last_logits", "clear_fused_cache", "fuse_llama",
+__all__ = ["FastLlamaDecoder", "LlamaWeights", "fast_prefill", "last_logits", "prefix_kv", "clear_fused_cache", "fuse_llama",
            "unsupported_reason"]
 
 # Rotary schemes whose inverse frequencies do not depend on the sequence length, so one
@@ -159,12 +159,14 @@ def unsupported_reason(model: nn.Module) -> str | None:
 
 
 def _prefill_layers(w: LlamaWeights, input_ids: torch.Tensor, columns: torch.Tensor, position_ids: torch.Tensor,
-                    prefix: torch.Tensor | None = None) -> tuple[torch.Tensor, list]:
+                    prefix: torch.Tensor | None = None, past: list | None = None) -> tuple[torch.Tensor, list]:
     """Every layer over ``input_ids`` [n, L], after ``prefix`` [1, S] when given (tokens every
-    row starts with, run once: its columns are the first S of ``columns``), ``columns``
-    [n, S + L] marking the real tokens of prefix and input (``attention_masks``). Returns the
-    residual stream after the last layer at the real tokens of ``input_ids`` [M, hidden], row
-    by row in column order, and each layer's keys and values over all S + L columns.
+    row starts with, run once: its columns are the first S of ``columns``) or after the S
+    tokens whose keys and values ``past`` holds (``prefix_kv``: each layer's [1, KV, S, D]),
+    ``columns`` [n, S + L] marking the real tokens of prefix and input (``attention_masks``).
+    Returns the residual stream after the last layer at the real tokens of ``input_ids``
+    [M, hidden], row by row in column order, and each layer's keys and values over all S + L
+    columns.
 
     Norms, projections and the MLP run once per layer over the prefix and every row's real
     tokens together (a left-padded prompt's padding is never computed); attention runs on the
@@ -186,26 +188,27 @@ def _prefill_layers(w: LlamaWeights, input_ids: torch.Tensor, columns: torch.Ten
     masks = attention_masks(columns, length, {layer.sliding_window for layer in w.layers})
     x = _embed(w, ids)  # the fp32 residual stream [S + M, hidden]
     layer_kv = []
-    for layer in w.layers:
+    for i, layer in enumerate(w.layers):
         h = _norm(x, layer.input_norm, w.eps)
         qkv = layer.qkv(h.to(w.dtype), h).view(-1, h_q + 2 * h_kv, d)
         heads = torch.cat([_rope_qk(qkv[:, : h_q + h_kv], *tables[layer.rope_key], layer.qk_norm, w.eps,
                                     w.round_norm_after_weight), qkv[:, h_q + h_kv:].float()],
                           dim=1)  # [S + M, H + 2·KV, D], fp32: q and k rotated, v
         outputs = []
+        before = None if past is None else past[i]  # the prefix's keys and values [1, KV, S, D]
         if shared:  # the prefix, causally, once
             first = heads[:shared].transpose(0, 1)[None]  # [1, H + 2·KV, S, D]
-            past = first[:, h_q : h_q + h_kv], first[:, h_q + h_kv:]
-            attn = F.scaled_dot_product_attention(first[:, :h_q], *past, is_causal=True, scale=_scale(w), enable_gqa=True)
+            before = first[:, h_q : h_q + h_kv], first[:, h_q + h_kv:]
+            attn = F.scaled_dot_product_attention(first[:, :h_q], *before, is_causal=True, scale=_scale(w), enable_gqa=True)
             outputs.append(attn[0].transpose(0, 1).reshape(shared, h_q * d))
             heads = heads[shared:]
         if real is not None:
             heads = heads.new_zeros((n * length, *heads.shape[1:])).index_copy_(0, real, heads)
         heads = heads.view(n, length, h_q + 2 * h_kv, d).transpose(1, 2)  # [n, H + 2·KV, L, D]
         keys, values = heads[:, h_q : h_q + h_kv], heads[:, h_q + h_kv:]
-        if shared:
-            keys = torch.cat([past[0].expand(n, -1, -1, -1), keys], dim=2)
-            values = torch.cat([past[1].expand(n, -1, -1, -1), values], dim=2)
+        if before is not None:
+            keys = torch.cat([before[0].expand(n, -1, -1, -1), keys], dim=2)
+            values = torch.cat([before[1].expand(n, -1, -1, -1), values], dim=2)
         attn = F.scaled_dot_product_attention(heads[:, :h_q], keys, values,
                                               attn_mask=masks[layer.sliding_window][:, None], scale=_scale(w),
                                               enable_gqa=True)
@@ -239,18 +242,31 @@ def fast_prefill(weights: LlamaWeights, input_ids: torch.Tensor, attention_mask:
 
 
 def last_logits(weights: LlamaWeights, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-                position_ids: torch.Tensor, prefix: torch.Tensor | None = None) -> torch.Tensor:
+                position_ids: torch.Tensor, prefix: torch.Tensor | None = None, past: list | None = None) -> torch.Tensor:
     """The next-token logits [B, V] (fp32) at each prompt's last token: ``fast_prefill``'s
-    first logits, without a decoder (label-token scoring, ``labelrl.evaluate.score``)."""
-    return _prefill_last(weights, input_ids, attention_mask, position_ids, prefix)[0]
+    first logits, without a decoder (label-token scoring, ``labelrl.evaluate.score``).
+    ``past``: the keys and values of a prefix every prompt starts with (``prefix_kv``), which
+    ``attention_mask`` and ``position_ids`` count (``labelrl.rollout.prefix.remainder_inputs``)."""
+    return _prefill_last(weights, input_ids, attention_mask, position_ids, prefix, past)[0]
+
+
+def prefix_kv(weights: LlamaWeights, prefix: torch.Tensor) -> list:
+    """Each layer's keys and values [1, KV, S, D] (fp32) over ``prefix`` [1, S], for
+    ``last_logits`` to start from: a prefix every prompt of a split shares (template, system
+    message, rubric) then runs once for the split instead of once per batch. Causal attention
+    makes them what the prefix's columns hold in any longer pass, up to float rounding."""
+    assert not any(layer.sliding_window for layer in weights.layers), "a sliding window counts columns"
+    with torch.autocast(device_type=prefix.device.type, enabled=False):
+        positions = torch.arange(prefix.shape[1], device=prefix.device)[None]
+        return _prefill_layers(weights, prefix, torch.ones_like(prefix), positions)[1]
 
 
 def _prefill_last(weights: LlamaWeights, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-                  position_ids: torch.Tensor, prefix: torch.Tensor | None) -> tuple[torch.Tensor, list]:
+                  position_ids: torch.Tensor, prefix: torch.Tensor | None, past: list | None = None) -> tuple[torch.Tensor, list]:
     with torch.autocast(device_type=input_ids.device.type, enabled=False):
-        if prefix is not None:
+        if prefix is not None or past is not None:
             assert not any(layer.sliding_window for layer in weights.layers), "a sliding window counts columns"
-        x, layer_kv = _prefill_layers(weights, input_ids, attention_mask, position_ids, prefix)
+        x, layer_kv = _prefill_layers(weights, input_ids, attention_mask, position_ids, prefix, past)
         last = attention_mask[:, -input_ids.shape[1]:].sum(dim=1).cumsum(dim=0) - 1  # each prompt's last token, always real
         return _logits(weights, x.index_select(0, last)), layer_kv
 
