@@ -159,14 +159,17 @@ def unsupported_reason(model: nn.Module) -> str | None:
 
 
 def _prefill_layers(w: LlamaWeights, input_ids: torch.Tensor, columns: torch.Tensor, position_ids: torch.Tensor,
-                    prefix: torch.Tensor | None = None, past: list | None = None) -> tuple[torch.Tensor, list]:
+                    prefix: torch.Tensor | None = None, past: list | None = None,
+                    last_only: bool = False) -> tuple[torch.Tensor, list]:
     """Every layer over ``input_ids`` [n, L], after ``prefix`` [1, S] when given (tokens every
     row starts with, run once: its columns are the first S of ``columns``) or after the S
     tokens whose keys and values ``past`` holds (``prefix_kv``: each layer's [1, KV, S, D]),
     ``columns`` [n, S + L] marking the real tokens of prefix and input (``attention_masks``).
     Returns the residual stream after the last layer at the real tokens of ``input_ids``
-    [M, hidden], row by row in column order, and each layer's keys and values over all S + L
-    columns.
+    [M, hidden], row by row in column order (``last_only``: at each row's last token [n, hidden],
+    all the next-token logits need: the last layer then computes its keys and values at every
+    token, its attention output and MLP at those n only), and each layer's keys and values over
+    all S + L columns.
 
     Norms, projections and the MLP run once per layer over the prefix and every row's real
     tokens together (a left-padded prompt's padding is never computed); attention runs on the
@@ -209,6 +212,17 @@ def _prefill_layers(w: LlamaWeights, input_ids: torch.Tensor, columns: torch.Ten
         if before is not None:
             keys = torch.cat([before[0].expand(n, -1, -1, -1), keys], dim=2)
             values = torch.cat([before[1].expand(n, -1, -1, -1), values], dim=2)
+        if last_only and i == len(w.layers) - 1:  # left-padded: each row's last column is its last token
+            attn = F.scaled_dot_product_attention(heads[:, :h_q, -1:], keys, values,
+                                                  attn_mask=masks[layer.sliding_window][:, None, -1:], scale=_scale(w),
+                                                  enable_gqa=True)
+            last = columns[:, -length:].sum(dim=1).cumsum(dim=0) - 1 + shared  # in x: after the prefix's rows
+            x = _attention_residual(x.index_select(0, last), attn.reshape(n, h_q * d), layer.o.tensors,
+                                    layer.attn_out_norm, w.dtype, w.eps)
+            x = _mlp_residual(x, layer.mlp_norm, layer.gate_up.tensors, layer.down.tensors, layer.mlp_out_norm, w.dtype,
+                              w.eps, w.activation)
+            layer_kv.append((keys, values))
+            return x, layer_kv
         attn = F.scaled_dot_product_attention(heads[:, :h_q], keys, values,
                                               attn_mask=masks[layer.sliding_window][:, None], scale=_scale(w),
                                               enable_gqa=True)
@@ -247,7 +261,11 @@ def last_logits(weights: LlamaWeights, input_ids: torch.Tensor, attention_mask: 
     first logits, without a decoder (label-token scoring, ``labelrl.evaluate.score``).
     ``past``: the keys and values of a prefix every prompt starts with (``prefix_kv``), which
     ``attention_mask`` and ``position_ids`` count (``labelrl.rollout.prefix.remainder_inputs``)."""
-    return _prefill_last(weights, input_ids, attention_mask, position_ids, prefix, past)[0]
+    with torch.autocast(device_type=input_ids.device.type, enabled=False):
+        if prefix is not None or past is not None:
+            assert not any(layer.sliding_window for layer in weights.layers), "a sliding window counts columns"
+        x, _ = _prefill_layers(weights, input_ids, attention_mask, position_ids, prefix, past, last_only=True)
+        return _logits(weights, x)
 
 
 def prefix_kv(weights: LlamaWeights, prefix: torch.Tensor) -> list:
@@ -262,11 +280,11 @@ def prefix_kv(weights: LlamaWeights, prefix: torch.Tensor) -> list:
 
 
 def _prefill_last(weights: LlamaWeights, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-                  position_ids: torch.Tensor, prefix: torch.Tensor | None, past: list | None = None) -> tuple[torch.Tensor, list]:
+                  position_ids: torch.Tensor, prefix: torch.Tensor | None) -> tuple[torch.Tensor, list]:
     with torch.autocast(device_type=input_ids.device.type, enabled=False):
-        if prefix is not None or past is not None:
+        if prefix is not None:
             assert not any(layer.sliding_window for layer in weights.layers), "a sliding window counts columns"
-        x, layer_kv = _prefill_layers(weights, input_ids, attention_mask, position_ids, prefix, past)
+        x, layer_kv = _prefill_layers(weights, input_ids, attention_mask, position_ids, prefix)
         last = attention_mask[:, -input_ids.shape[1]:].sum(dim=1).cumsum(dim=0) - 1  # each prompt's last token, always real
         return _logits(weights, x.index_select(0, last)), layer_kv
 
