@@ -144,7 +144,8 @@ def test_scoring_batches_long_prompts_a_few_at_a_time_and_returns_rows_in_order(
 
     chunks: list[list[int]] = []
 
-    def fake_score(model, tokenizer, chunk, labels, *, batch_size, dtype, fast):
+    def fake_score(model, tokenizer, chunk, labels, *, batch_size, dtype, fast, past):
+        assert past is None  # the module pass: no packed weights, no split prefix
         chunks.append([len(p) for p in chunk])
         return torch.tensor([[float(len(p)), 0.0] for p in chunk])
 
