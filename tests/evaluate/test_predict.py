@@ -187,8 +187,8 @@ def _without_answer_prefix(monkeypatch, reference):
 
     tokenizer = reference[1]
     real, n = score_module._last_logprobs, len(tokenizer(ANSWER_PREFIX, add_special_tokens=False)["input_ids"])
-    monkeypatch.setattr(score_module, "_last_logprobs", lambda model, seqs, pad, dtype, fast=None:
-                        real(model, [s[:-n] for s in seqs], pad, dtype, fast))
+    monkeypatch.setattr(score_module, "_last_logprobs", lambda model, seqs, pad, dtype, fast=None, past=None:
+                        real(model, [s[:-n] for s in seqs], pad, dtype, fast, past))
 
 
 def _layer_26_skipped(monkeypatch, reference):
