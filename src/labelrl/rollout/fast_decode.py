@@ -212,27 +212,22 @@ def _prefill_layers(w: LlamaWeights, input_ids: torch.Tensor, columns: torch.Ten
         if before is not None:
             keys = torch.cat([before[0].expand(n, -1, -1, -1), keys], dim=2)
             values = torch.cat([before[1].expand(n, -1, -1, -1), values], dim=2)
-        if last_only and i == len(w.layers) - 1:  # left-padded: each row's last column is its last token
-            attn = F.scaled_dot_product_attention(heads[:, :h_q, -1:], keys, values,
-                                                  attn_mask=masks[layer.sliding_window][:, None, -1:], scale=_scale(w),
-                                                  enable_gqa=True)
-            last = columns[:, -length:].sum(dim=1).cumsum(dim=0) - 1 + shared  # in x: after the prefix's rows
-            x = _attention_residual(x.index_select(0, last), attn.reshape(n, h_q * d), layer.o.tensors,
-                                    layer.attn_out_norm, w.dtype, w.eps)
-            x = _mlp_residual(x, layer.mlp_norm, layer.gate_up.tensors, layer.down.tensors, layer.mlp_out_norm, w.dtype,
-                              w.eps, w.activation)
-            layer_kv.append((keys, values))
-            return x, layer_kv
-        attn = F.scaled_dot_product_attention(heads[:, :h_q], keys, values,
-                                              attn_mask=masks[layer.sliding_window][:, None], scale=_scale(w),
+        final = last_only and i == len(w.layers) - 1
+        queries = slice(-1, None) if final else slice(None)  # left-padded: each row's last column is its last token
+        attn = F.scaled_dot_product_attention(heads[:, :h_q, queries], keys, values,
+                                              attn_mask=masks[layer.sliding_window][:, None, queries], scale=_scale(w),
                                               enable_gqa=True)
-        outputs.append(pick(attn.transpose(1, 2).reshape(n * length, h_q * d)))
-        x = _attention_residual(x, torch.cat(outputs) if shared else outputs[0], layer.o.tensors, layer.attn_out_norm,
-                                w.dtype, w.eps)
+        if final:
+            last = columns[:, -length:].sum(dim=1).cumsum(dim=0) - 1 + shared  # in x: after the prefix's rows
+            x, out = x.index_select(0, last), attn.reshape(n, h_q * d)
+        else:
+            outputs.append(pick(attn.transpose(1, 2).reshape(n * length, h_q * d)))
+            out = torch.cat(outputs) if shared else outputs[0]
+        x = _attention_residual(x, out, layer.o.tensors, layer.attn_out_norm, w.dtype, w.eps)
         x = _mlp_residual(x, layer.mlp_norm, layer.gate_up.tensors, layer.down.tensors, layer.mlp_out_norm, w.dtype, w.eps,
                           w.activation)
         layer_kv.append((keys, values))
-    return x[shared:], layer_kv
+    return (x if last_only else x[shared:]), layer_kv
 
 
 def fast_prefill(weights: LlamaWeights, input_ids: torch.Tensor, attention_mask: torch.Tensor,
@@ -261,11 +256,7 @@ def last_logits(weights: LlamaWeights, input_ids: torch.Tensor, attention_mask: 
     first logits, without a decoder (label-token scoring, ``labelrl.evaluate.score``).
     ``past``: the keys and values of a prefix every prompt starts with (``prefix_kv``), which
     ``attention_mask`` and ``position_ids`` count (``labelrl.rollout.prefix.remainder_inputs``)."""
-    with torch.autocast(device_type=input_ids.device.type, enabled=False):
-        if prefix is not None or past is not None:
-            assert not any(layer.sliding_window for layer in weights.layers), "a sliding window counts columns"
-        x, _ = _prefill_layers(weights, input_ids, attention_mask, position_ids, prefix, past, last_only=True)
-        return _logits(weights, x)
+    return _prefill_last(weights, input_ids, attention_mask, position_ids, prefix, past, last_only=True)[0]
 
 
 def prefix_kv(weights: LlamaWeights, prefix: torch.Tensor) -> list:
@@ -280,13 +271,18 @@ def prefix_kv(weights: LlamaWeights, prefix: torch.Tensor) -> list:
 
 
 def _prefill_last(weights: LlamaWeights, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-                  position_ids: torch.Tensor, prefix: torch.Tensor | None) -> tuple[torch.Tensor, list]:
+                  position_ids: torch.Tensor, prefix: torch.Tensor | None, past: list | None = None,
+                  last_only: bool = False) -> tuple[torch.Tensor, list]:
+    """The logits [B, V] at each prompt's last token and every layer's keys and values
+    (``_prefill_layers``; ``last_only``: its last layer at the last tokens only)."""
     with torch.autocast(device_type=input_ids.device.type, enabled=False):
-        if prefix is not None:
+        if prefix is not None or past is not None:
             assert not any(layer.sliding_window for layer in weights.layers), "a sliding window counts columns"
-        x, layer_kv = _prefill_layers(weights, input_ids, attention_mask, position_ids, prefix)
-        last = attention_mask[:, -input_ids.shape[1]:].sum(dim=1).cumsum(dim=0) - 1  # each prompt's last token, always real
-        return _logits(weights, x.index_select(0, last)), layer_kv
+        x, layer_kv = _prefill_layers(weights, input_ids, attention_mask, position_ids, prefix, past, last_only)
+        if not last_only:
+            last = attention_mask[:, -input_ids.shape[1]:].sum(dim=1).cumsum(dim=0) - 1  # each prompt's last token, always real
+            x = x.index_select(0, last)
+        return _logits(weights, x), layer_kv
 
 
 # A prompt's G rows share one copy of its keys and values (``FastLlamaDecoder``) while their
