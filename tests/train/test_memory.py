@@ -58,6 +58,43 @@ def test_checkpointing_cuts_the_saved_activations():
     assert saved_bytes_of_training_forward(model, 300) == plain  # and off again
 
 
+def test_a_probe_is_measured_once_per_model_structure_and_inputs(monkeypatch):
+    # A ladder's worker trains run after run on the same model and shapes: the probe's forward
+    # passes run once, and a model that differs in structure, mode or inputs is measured anew.
+    monkeypatch.setattr(M, "_MEASURED", {})
+    calls = []
+
+    def probe(model, key=("plain", 48)):
+        ids = torch.arange(3, 3 + key[1])[None]
+
+        def forward():
+            calls.append(key)
+            model(input_ids=ids, logits_to_keep=1)
+
+        model.train()
+        return M.saved_bytes_of(model, forward, key=key)
+
+    first = tiny_llama()
+    measured = probe(first)
+    assert measured > 0 and len(calls) == 1
+    assert probe(first) == measured and len(calls) == 1
+    torch.manual_seed(1)
+    other_weights = LlamaForCausalLM(first.config)  # the same structure, other values
+    assert probe(other_weights) == measured and len(calls) == 1
+    model_alone = M.saved_bytes_of(other_weights, lambda: other_weights(input_ids=torch.arange(3, 51)[None], logits_to_keep=1))
+    assert model_alone == measured  # what the memo returned is what measuring this model gives
+    assert probe(first, key=("plain", 96)) > measured and len(calls) == 2  # other inputs
+    M.set_checkpointing(first, True)
+    assert probe(first) < measured and len(calls) == 3  # checkpointing saves less: measured, not reused
+    M.set_checkpointing(first, False)
+    wider = LlamaForCausalLM(LlamaConfig(**{**first.config.to_dict(), "intermediate_size": 256}))
+    assert probe(wider) > measured and len(calls) == 4  # another structure
+    first.requires_grad_(False)
+    first.lm_head.weight.requires_grad_(True)
+    probe(first)
+    assert len(calls) == 5  # other parameters train
+
+
 @pytest.mark.parametrize("budget_gib, requested, expected", [
     (1e-4, None, False),  # 100 KiB: nothing fits, checkpointed or not → off, and the knobs named
     ("between", None, True),  # only the checkpointed prediction fits → on

@@ -162,9 +162,38 @@ def peak_resident_bytes() -> int:
     return peak if sys.platform == "darwin" else peak * 1024
 
 
-def saved_bytes_of(model, forward) -> int:
+# What a probe measured, by the model's structure and the probe's inputs (``saved_bytes_of``'s
+# ``key``): a ladder's worker trains one run after another on the same model and shapes.
+_MEASURED: dict[tuple, int] = {}
+
+
+def structure_key(model) -> str:
+    """What the bytes a pass saves depend on besides its inputs' shapes: the model's class and
+    config, its adapters' settings, every parameter's name, shape, dtype, device and whether it
+    trains, training mode and activation checkpointing. Not the weights' values: a tensor's size
+    never depends on them."""
+    import hashlib
+
+    config = getattr(model, "config", None)
+    parts = [type(model).__qualname__, config.to_json_string() if hasattr(config, "to_json_string") else repr(config),
+             repr(getattr(model, "peft_config", None)), bool(getattr(model, "is_gradient_checkpointing", False)),
+             model.training]
+    parts += [(name, tuple(p.shape), str(p.dtype), p.device.type, p.requires_grad) for name, p in model.named_parameters()]
+    return hashlib.sha256(repr(parts).encode()).hexdigest()
+
+
+def saved_bytes_of(model, forward, key: tuple | None = None) -> int:
     """Bytes of the storages ``forward()`` saves for backward (gradients on), parameters and the
-    weight copies kept between passes (``frozen_weights_cast_once``) excluded."""
+    weight copies kept between passes (``frozen_weights_cast_once``) excluded. With ``key`` (what
+    fixes the shapes of ``forward``'s inputs: a probe's kind, lengths and dtype) the count is
+    measured once per process for each model structure (``structure_key``) and key: the sizes of
+    the tensors a pass saves follow from its shapes, not from the weights' values, and a probe
+    costs a forward pass (about 3 s of an RL run's start at one thread)."""
+    if key is not None:
+        memo = (structure_key(model), key)
+        if memo not in _MEASURED:
+            _MEASURED[memo] = saved_bytes_of(model, forward)
+        return _MEASURED[memo]
     params = {p.untyped_storage().data_ptr() for p in model.parameters()}
     seen: dict[int, int] = {}
 
@@ -195,7 +224,7 @@ def _saved_bytes(model, length: int, dtype: torch.dtype, device: torch.device) -
         with compute(model, dtype):
             model(input_ids=ids, logits_to_keep=1)
 
-    return saved_bytes_of(model, forward)
+    return saved_bytes_of(model, forward, key=("plain", length, dtype, device.type))
 
 
 def probe_activations(model, dtype: torch.dtype) -> ActivationCost:

@@ -95,7 +95,7 @@ def saved_by_pass(model, shape: PassShape, dtype: torch.dtype) -> int:
     try:
         return saved_bytes_of(model, lambda: completion_logprobs_shared(
             model, prompts, completions, shape.group_size, pad_token_id=0, dtype=dtype,
-            share_prefix=shape.share_prefix))
+            share_prefix=shape.share_prefix), key=("rl pass", shape, dtype))
     finally:
         model.train(was_training)
 

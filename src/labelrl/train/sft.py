@@ -329,7 +329,11 @@ def lean_sft_growth_bytes(run: SFTRun, batch: list[SFTItem], device) -> float:
     share = may_share_prefix(run)
 
     def saved(k: int) -> int:
-        return saved_bytes_of(run.model, lambda: sft_loss_lean(run.model, longest[:k], run.pad, run.dtype, share))
+        items = longest[:k]
+        # the lean pass's shapes: each item's prompt and answer lengths, and the prefix they share
+        shared = shared_prefix_length([it.input_ids[: it.n_prompt] for it in items]) if share else 0
+        key = ("sft lean pass", tuple((it.n_prompt, len(it.input_ids)) for it in items), shared, run.dtype)
+        return saved_bytes_of(run.model, lambda: sft_loss_lean(run.model, items, run.pad, run.dtype, share), key=key)
 
     return grown_by_heap(run.model, extended(saved, len(longest)), device)
 
