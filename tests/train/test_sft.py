@@ -56,6 +56,32 @@ def test_sft_learns_the_task_and_keeps_the_best_model(toy_data, tmp_path):
     assert sum(p.numel() for p in model.parameters()) > 1_000_000
 
 
+def test_eval_every_0_scores_nothing_and_keeps_the_last_steps_model(toy_data, tmp_path, monkeypatch):
+    # The ladder scores every SFT model on val right after training: an evaluation at the last
+    # step alone would only score the same model again.
+    from rich.console import Console
+
+    from labelrl.cli.train import print_sft_summary
+    from labelrl.train import sft as S
+
+    options = dict(model="tiny-random", data=str(toy_data), lora=False, learning_rate=3e-3, max_steps=3, batch_size=4,
+                   eval_limit=8, quiet=True)
+    evaluated = run_sft(SFTConfig(out=tmp_path / "evaluated", eval_every=3, **options))  # one evaluation: the last step
+    assert evaluated["best"]["step"] == 3 and K.EVAL_BALANCED_ACCURACY in evaluated["best"]
+    monkeypatch.setattr(S, "evaluate_val", lambda *a, **k: pytest.fail("eval_every=0 evaluated on val"))
+    cfg = SFTConfig(out=tmp_path / "last", eval_every=0, **options)
+    summary = run_sft(cfg)
+    assert summary["best"] == {"step": 3}
+    assert not any(K.EVAL_BALANCED_ACCURACY in r for r in read_jsonl(tmp_path / "last" / "sft_metrics.jsonl"))
+    last, _ = load_model(tmp_path / "last" / "model")
+    kept, _ = load_model(tmp_path / "evaluated" / "model")  # the same seed and steps: the last step's weights
+    for (name, a), (_, b) in zip(last.state_dict().items(), kept.state_dict().items(), strict=True):
+        assert torch.equal(a, b), name
+    console = Console(record=True, width=200)
+    print_sft_summary(summary, cfg, console)
+    assert "the last step's model kept (step 3" in console.export_text()
+
+
 @pytest.mark.numerics
 def test_lora_sft_saves_an_adapter_and_merged_weights(toy_data, tmp_path):
     cfg = SFTConfig(model="tiny-random", data=str(toy_data), out=tmp_path / "lora", max_steps=3, batch_size=4,

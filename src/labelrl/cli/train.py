@@ -39,11 +39,15 @@ def print_sft_summary(summary: dict, cfg: SFTConfig, out: Console) -> None:
     best = summary["best"]
     out.print(f"[bold green]sft done[/]: {summary['steps']} steps on {summary['train_items']} training items",
               highlight=False)
-    table = Table(title=f"best on val (step {best['step']})", title_justify="left")
-    table.add_column("balanced accuracy", justify="right")
-    table.add_column("accuracy", justify="right")
-    table.add_row(_fmt(best.get("eval/balanced_accuracy")), _fmt(best.get("eval/accuracy")))
-    out.print(table)
+    if cfg.eval_every:
+        table = Table(title=f"best on val (step {best['step']})", title_justify="left")
+        table.add_column("balanced accuracy", justify="right")
+        table.add_column("accuracy", justify="right")
+        table.add_row(_fmt(best.get("eval/balanced_accuracy")), _fmt(best.get("eval/accuracy")))
+        out.print(table)
+    else:
+        out.print(f"the last step's model kept (step {best['step']}; --eval-every 0: not scored on val here, "
+                  f"`labelrl eval {run_dir} --split val` scores it)", highlight=False)
     line = long_items_line(run_dir / "long_items_sft.json")
     if line:
         out.print(line, highlight=False)

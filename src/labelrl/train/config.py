@@ -46,7 +46,7 @@ class SFTConfig(DataOptions, ModelOptions):
     batch_size: int = Field(8, ge=1, description="Training items per optimizer step.")
     max_steps: Optional[int] = Field(None, ge=1, description="Stop after this many optimizer steps (overrides --epochs).")
     max_length: int = Field(512, ge=16, description="Longest prompt+target in tokens; a longer item is cut to fit, left out or refused by --on-long-item.")
-    eval_every: int = Field(50, ge=1, description="Evaluate on val every N steps (label-token accuracy and balanced accuracy).")
+    eval_every: int = Field(50, ge=0, description="Evaluate on val every N steps and at the last (label-token accuracy and balanced accuracy); the best model by --select-metric is kept. 0: never; the last step's model is kept, for a caller that scores it on val itself (the ladder scores every SFT model on its val sample right after training).")
     eval_limit: Optional[int] = Field(200, ge=1, description="Score a random sample of N val items every --eval-every steps, stratified by label and the same for every run of the splits (all when empty); the progress line counts them. `labelrl eval` scores the whole split.")
     select_metric: Literal["balanced_accuracy", "accuracy"] = Field("balanced_accuracy", description="Metric that picks the best checkpoint on val.")
     traces: Optional[Path] = Field(None, description="Reasoning mode: a traces file (from `labelrl distill`) whose kept traces are the targets.")

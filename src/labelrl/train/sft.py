@@ -5,7 +5,8 @@ traces. The loss covers the assistant's tokens only (its answer and the end-of-t
 token). Each batch's items are packed into a few rows (``labelrl.train.packing``; attention
 stays within each item), and a memory preflight (``labelrl.train.memory``) turns on
 activation checkpointing when the largest batch would not fit the memory budget. Every ``eval_every`` steps the model is scored on val by label-token probabilities
-and the best model by ``select_metric`` is kept in ``RUN_DIR/model``.
+and the best model by ``select_metric`` is kept in ``RUN_DIR/model``; with ``eval_every`` 0 the
+last step's model is (the ladder scores every SFT model on its val sample after training).
 """
 
 from __future__ import annotations
@@ -349,7 +350,7 @@ def _sft_loop(run: SFTRun) -> dict:
     with progress_bar(accelerator, run.total, "sft", quiet=cfg.quiet) as progress:
         for step in range(run.total):
             record = {K.STEP: step + 1, **sft_step(run, run.batch(step))}
-            if (step + 1) % cfg.eval_every == 0 or step + 1 == run.total:
+            if cfg.eval_every and ((step + 1) % cfg.eval_every == 0 or step + 1 == run.total):
                 if main:
                     record.update(evaluate_val(accelerator.unwrap_model(model), run.tokenizer, run.data, cfg, run.dtype))
                     # ties go to the later (longer-trained) model
@@ -362,6 +363,11 @@ def _sft_loop(run: SFTRun) -> dict:
                 append_jsonl(metrics_path, record)
             accelerator.log({k: v for k, v in record.items() if k != K.STEP}, step=step + 1)
             progress.update(step + 1, {"loss": record[K.LOSS], "val_ba": record.get(K.EVAL_BALANCED_ACCURACY)})
+    if not cfg.eval_every:  # no evaluation chose a model: the last step's is the run's
+        best = {"step": run.total}
+        if main:
+            save_model(run.run_dir, accelerator.unwrap_model(model), run.tokenizer)
+        accelerator.wait_for_everyone()
     return finish_sft(run, best)
 
 
