@@ -109,6 +109,12 @@ def test_side_by_side_trains_in_workers_and_changes_no_model(toy, tmp_path, monk
             first = json.loads((root / "toy" / run / "val_path.jsonl").read_text(encoding="utf-8").splitlines()[0])
             parent_val = root.resolve() / "toy" / "eval" / f"sft@{run.split('@')[1]}-val.parquet"
             assert first["step"] == 0 and first["read_from"] == str(parent_val), (root, run)
+            # and its last step from the run's own val scores, taken right after training
+            last = json.loads((root / "toy" / run / "val_path.jsonl").read_text(encoding="utf-8").splitlines()[-1])
+            own_val = root.resolve() / "toy" / "eval" / f"{run}-val.parquet"
+            assert last["step"] == 2 and last["read_from"] == str(own_val), (root, run)
+            summary = json.loads((root / "toy" / run / "rl_summary.json").read_text(encoding="utf-8"))
+            assert "val_path_pending" not in summary and "val_path_end_missing" not in summary, (root, run)
     # and the runs did train: the tuned candidates differ from each other
     first, second = _weights(task / RUNS[0]), _weights(task / RUNS[1])
     assert any(not torch.equal(first[n], second[n]) for n in first)

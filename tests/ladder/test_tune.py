@@ -131,6 +131,13 @@ def test_every_value_trains_a_candidate_and_the_best_on_val_becomes_the_arm(tune
     assert holdout["info"]["model_fingerprint"] == val_fingerprint(run_dir, winner) != val_fingerprint(run_dir, loser)
     # the arm's val figures are the winner's (the same model, the same items)
     assert st["val"]["balanced_accuracy"] == winner["val"]["balanced_accuracy"]
+    if arm == "noise":  # each RL candidate's path on val ends at its own val scores, and the arm keeps the winner's
+        for c in tune["candidates"]:
+            run = run_dir / c["dir"]
+            last = json.loads((run / "val_path.jsonl").read_text().splitlines()[-1])
+            assert Path(last["read_from"]).resolve() == (run.parent / f"{run.name}-val.parquet").resolve(), c["dir"]
+        arm_path = (run_dir / "toy" / arm / "val_path.jsonl").read_text()
+        assert arm_path == (run_dir / winner["dir"] / "val_path.jsonl").read_text()
 
 
 @pytest.mark.parametrize("arm", ["sft", "noise"])

@@ -17,7 +17,7 @@ from labelrl.ladder.arms import arm_config
 from labelrl.ladder.recipe import load_recipe
 from labelrl.train import rl
 from labelrl.train.config import RLConfig
-from labelrl.train.val_scoring import due, enabled, path_items
+from labelrl.train.val_scoring import PENDING, complete_val_path, due, enabled, path_items, scored_here
 
 BINARY_FIELDS = {"step", "n", "seconds", "accuracy", "balanced_accuracy", "recall", "label_share", "positive_label",
                  "fpr", "tpr", "roc_auc"}
@@ -107,6 +107,7 @@ def test_the_ladder_scores_rl_arms_on_its_val_sample(tmp_path):
     # its own 8 are drawn within the task's 48, so step 0 can be read from the parent's val scores
     own = arm_config(recipe, "toy", "own", tmp_path)
     assert own.val_path_within == 48 and own.val_path_start == tmp_path / "toy" / "eval" / "sft-val.parquet"
+    assert own.val_path_end == tmp_path / "toy" / "eval" / "own-val.parquet"  # and ends at its own val scores
     raw["tasks"]["toy"].pop("eval_limit")
     path.write_text(yaml.safe_dump(raw), encoding="utf-8")
     assert arm_config(load_recipe(path), "toy", "grpo", tmp_path).eval_limit is None  # the whole val split, as the ladder
@@ -167,3 +168,63 @@ def test_step_0_is_scored_when_the_file_cannot_stand_for_the_starting_model(dist
     assert "read_from" not in read_jsonl(run / "val_path.jsonl")[0]
     err = " ".join(capfd.readouterr().err.split())
     assert f"val path: step 0 scored, not read from {path}" in err and why in err
+
+
+def _end_options(**more) -> dict:
+    return dict(OPTIONS, steps=2, checkpoint_every=1, eval_limit=12, val_path_within=20, **more)
+
+
+def test_the_last_step_is_read_from_the_final_models_val_predictions(distinct_data, rl_config, tmp_path, monkeypatch):
+    scored = tmp_path / "scored"
+    rl.run_rl(rl_config("tiny-random", distinct_data, scored, **_end_options()))
+    run, end = tmp_path / "run", tmp_path / "run-val.parquet"
+    summary = rl.run_rl(rl_config("tiny-random", distinct_data, run, val_path_end=end, **_end_options()))
+    # the run stops short of its last point and says what it waits for
+    assert [r["step"] for r in read_jsonl(run / "val_path.jsonl")] == [0, 1]
+    pending = summary[PENDING]
+    assert pending["step"] == 2 and pending["predictions"] == str(end) and len(pending["ids"]) == 12
+    assert not complete_val_path(run)  # the predictions are not written yet: nothing to read
+    _start_file(str(run), run, 20, end)  # `labelrl eval` of the final model on the 20-item val sample
+    from labelrl.train import collapse
+
+    seen, real = [], collapse.detect_collapse
+    monkeypatch.setattr(collapse, "detect_collapse",
+                        lambda run_dir, **k: seen.append([r["step"] for r in read_jsonl(run_dir / "val_path.jsonl")])
+                        or {**(real(run_dir, **k) or {}), "label": "planted"})
+    assert complete_val_path(run)
+    records = read_jsonl(run / "val_path.jsonl")
+    assert [r["step"] for r in records] == [0, 1, 2] and records[-1]["read_from"] == str(end)
+    # the point a run that scores its last step itself writes: the same items, the same probabilities
+    assert _without_seconds(records)[-1] == {**_without_seconds(read_jsonl(scored / "val_path.jsonl"))[-1],
+                                             "read_from": str(end)}
+    after = json.loads((run / "rl_summary.json").read_text(encoding="utf-8"))
+    assert PENDING not in after and seen == [[0, 1, 2]]  # the collapse flag made again, with the last point
+    assert after["collapse"]["label"] == "planted"
+    assert not complete_val_path(run)  # done once
+    # a kill after the line but before the summary leaves it pending: the line is written again, not twice
+    (run / "rl_summary.json").write_text(json.dumps({**after, PENDING: pending}), encoding="utf-8")
+    assert complete_val_path(run)
+    assert [r["step"] for r in read_jsonl(run / "val_path.jsonl")] == [0, 1, 2]
+
+
+def test_the_last_step_is_left_out_when_the_file_cannot_stand_for_the_final_model(distinct_data, rl_config, tmp_path,
+                                                                                 capfd):
+    run, end = tmp_path / "run", tmp_path / "run-val.parquet"
+    rl.run_rl(rl_config("tiny-random", distinct_data, run, val_path_end=end, **_end_options()))
+    _start_file("tiny-random", run, 20, end)  # the starting model's scores, not the final model's
+    assert complete_val_path(run)
+    assert [r["step"] for r in read_jsonl(run / "val_path.jsonl")] == [0, 1]
+    summary = json.loads((run / "rl_summary.json").read_text(encoding="utf-8"))
+    assert PENDING not in summary
+    assert "its model's weights are not the final model's" in summary["val_path_end_missing"]
+    assert f"step 2 not read from {end}" in " ".join(capfd.readouterr().err.split())
+
+
+def test_only_the_last_step_waits_for_the_val_predictions(tmp_path):
+    cfg = RLConfig(model="tiny-random", data="sms-spam", out=tmp_path, steps=25, checkpoint_every=10,
+                   val_path_end=tmp_path / "val.parquet")
+    assert [s for s in range(26) if due(s, cfg)] == [0, 10, 20, 25]
+    assert [s for s in range(26) if scored_here(s, cfg)] == [0, 10, 20]
+    off = cfg.model_copy(update={"val_path": False})
+    assert not any(scored_here(s, off) for s in range(26))
+    assert [s for s in range(26) if scored_here(s, cfg.model_copy(update={"val_path_end": None}))] == [0, 10, 20, 25]

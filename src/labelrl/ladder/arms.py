@@ -28,7 +28,7 @@ from labelrl.ladder.spec import TaskSpec
 WIRED = {
     "sft": {"out", "traces", "only_ids_from", "train_labels"},
     "rl": {"out", "model", "random_reward", "resume", "success_threshold", "train_labels", "val_path_within",
-           "val_path_start"},
+           "val_path_start", "val_path_end"},
     "distill": {"out", "run_dir", "split", "teacher"},
     "threshold": {"out", "parent"},
     "relabel": {"out", "only_ids"},
@@ -112,6 +112,8 @@ def _wiring(recipe: Recipe, task: TaskSpec, task_dir: Path, arm_name: str, *, fo
         # the path on val: items among the task's val sample, step 0 read from the parent's val scores
         wired["val_path_within"] = task.eval_limit
         wired["val_path_start"] = eval_paths(task_dir, arm.from_, "val")[0]
+        # and the last step read from the arm's own val scores, which the ladder takes right after training
+        wired["val_path_end"] = eval_paths(task_dir, arm_name, "val")[0]
     if arm.labels_from:  # the relabel arm's key (labelrl.data.train_labels): same items, its labels
         wired["train_labels"] = task_dir / arm.labels_from / "answer_key.json"
     return wired
@@ -184,13 +186,25 @@ def evaluate_arm(task: TaskSpec, task_dir: Path, arm_name: str, mode: str, split
     On a holdout, the ledger is read first: a model with the same weights as an arm already
     scored there (e.g. an RL arm whose every group was uniform, so it never updated) shares that
     arm's result, marked ``same_model_as``, instead of looking again; a look of this very arm
-    whose report was never written (killed in between) is taken again and marked a repeat."""
+    whose report was never written (killed in between) is taken again and marked a repeat. An RL
+    run's path on val takes its last step from the val scores (``complete_val_path``)."""
+    from labelrl.train.val_scoring import complete_val_path
+
+    tag = (f"ood-{ood}" if ood else split) + ("-generate" if method == "generate" and mode == "direct" else "")
+    predictions, report = eval_paths(task_dir, arm_name, tag)
+    result = _evaluate_arm(task, task_dir, arm_name, mode, split, report, predictions, tag, ood, method, max_new_tokens,
+                           precision)
+    if tag == "val":  # an RL run's path on val may wait for these scores for its last step
+        complete_val_path(task_dir / arm_name)
+    return result
+
+
+def _evaluate_arm(task: TaskSpec, task_dir: Path, arm_name: str, mode: str, split: str, report: Path, predictions: Path,
+                  tag: str, ood: str | None, method: str | None, max_new_tokens: int | None, precision: str) -> dict:
     from labelrl.evaluate.ledger import earlier_looks
     from labelrl.evaluate.setup import prepare
     from labelrl.evaluate.run import EvalConfig, evaluate_and_write
 
-    tag = (f"ood-{ood}" if ood else split) + ("-generate" if method == "generate" and mode == "direct" else "")
-    predictions, report = eval_paths(task_dir, arm_name, tag)
     if report.is_file():
         return json.loads(report.read_text(encoding="utf-8"))
     splits = task_dir / "ood" / ood if ood else task_dir

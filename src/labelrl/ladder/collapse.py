@@ -21,9 +21,10 @@ entry gets ``collapsed`` (None, or the text and each collapsed run's flag), ``no
 ``unmoved`` (None or the text), and ``vs_majority`` (its comparison with the majority class,
 labelrl.ladder.majority); its text starts with the words that apply.
 
-**on_collapse: stop.** An arm flagged collapsed after training is not evaluated at all (no
-holdout look is spent on a constant answer); its status is ``collapsed``, so the arms that start
-from it are skipped with that reason, and its verdict line says so.
+**on_collapse: stop.** An arm flagged collapsed after training is not evaluated (no holdout
+look is spent on a constant answer); its status is ``collapsed``, so the arms that start from it
+are skipped with that reason, and its verdict line says so. An RL run whose path on val ends at
+its own val scores (``--val-path-end``) is scored on val first: its flag is made with that point.
 
 An arm with several seeds is named when any of its runs is: its paired intervals average over
 the seeds, the named ones included.

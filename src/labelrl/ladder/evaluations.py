@@ -99,19 +99,30 @@ def _evaluate_final(task: TaskSpec, task_dir: Path, arm_name: str, arm_type: str
         st["train_scores"] = True
 
 
+def candidate_eval_paths(run: Path) -> tuple[Path, Path]:
+    """(predictions, report) of a tuning candidate's val evaluation, beside its run directory."""
+    return run.parent / f"{run.name}-val.parquet", run.parent / f"{run.name}-val.json"
+
+
 def evaluate_candidate(task: TaskSpec, task_dir: Path, run: Path, mode: str, cap: int | None, precision: str) -> dict:
     """A tuning candidate's val evaluation (``labelrl.ladder.tune``), read back when it was written
-    before (a side-by-side worker scores it right after training it)."""
+    before (a side-by-side worker scores it right after training it); an RL candidate's path on
+    val then gets its last step from it (``labelrl.train.val_scoring.complete_val_path``)."""
     from labelrl.evaluate.setup import prepare
     from labelrl.evaluate.run import EvalConfig, evaluate_and_write
+    from labelrl.train.val_scoring import complete_val_path
 
-    predictions, report = run.parent / f"{run.name}-val.parquet", run.parent / f"{run.name}-val.json"
+    predictions, report = candidate_eval_paths(run)
     if report.is_file():
-        return json.loads(report.read_text(encoding="utf-8"))
-    cfg = EvalConfig(run_or_model=str(run), split="val", splits=task_dir, out=predictions, json_path=report,
-                     limit=task.eval_limit, n_boot=task.n_boot, max_new_tokens=cap, precision=precision)
-    setup = prepare(cfg.run_or_model, cfg.data_options(), "val", splits_dir=task_dir, limit=cfg.limit, precision=precision)
-    return evaluate_and_write(setup, cfg)
+        result = json.loads(report.read_text(encoding="utf-8"))
+    else:
+        cfg = EvalConfig(run_or_model=str(run), split="val", splits=task_dir, out=predictions, json_path=report,
+                         limit=task.eval_limit, n_boot=task.n_boot, max_new_tokens=cap, precision=precision)
+        setup = prepare(cfg.run_or_model, cfg.data_options(), "val", splits_dir=task_dir, limit=cfg.limit,
+                        precision=precision)
+        result = evaluate_and_write(setup, cfg)
+    complete_val_path(run)
+    return result
 
 
 def scoring_job(kind: str, task: TaskSpec, cap: int | None, arm: str | None = None) -> dict:
@@ -124,15 +135,16 @@ def evaluate_ahead(task: TaskSpec, task_dir: Path, arm_name: str, arm_type: str,
                    precision: str) -> None:
     """``scored_evaluations`` of a run a side-by-side worker has just trained, as the ladder would
     make them (``evaluate_arm`` writes each report; ``evaluate_final`` then reads them back). A run
-    the task stops on collapse is not scored: the ladder spends no look on it."""
+    the task stops on collapse is scored on val only (its path's last point comes from there, and
+    with it the collapse flag): the ladder spends no holdout look on it."""
     from labelrl.evaluate.setup import shared_models
     from labelrl.ladder.collapse import stops_on_collapse
 
-    if FAMILY[arm_type] == "rl":
-        if stops_on_collapse(task, {"train": rl_training_summary(task_dir / arm_name)}):
-            return
     with shared_models():  # the run's model is loaded once for all of them
-        for _key, where in scored_evaluations(task, arm_type, mode):
+        for key, where in scored_evaluations(task, arm_type, mode):
+            if (key != "val" and FAMILY[arm_type] == "rl"
+                    and stops_on_collapse(task, {"train": rl_training_summary(task_dir / arm_name)})):
+                return
             evaluate_arm(task, task_dir, arm_name, mode, **where, max_new_tokens=cap, precision=precision)
 
 

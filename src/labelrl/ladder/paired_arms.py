@@ -31,7 +31,7 @@ from labelrl.ladder.derived import matched_name
 # Config keys that say where a run lives or how it is logged, not what it does.
 UNCOMPARED_KEYS = {"out", "quiet", "report_to", "resume", "stop_after", "checkpoint_every", "seed",
                    "collapse_share", "collapse_steps", "collapse_max_lift",  # the collapse detector only reads
-                   "val_path", "eval_limit"}  # an RL run's path on val: scored, never trained on
+                   "val_path", "eval_limit", "val_path_within", "val_path_start", "val_path_end"}  # an RL run's path on val: scored, never trained on
 HOLDOUT = "holdout"
 KIND_WORDS = {"vs_sft": "vs {a}", "vs_threshold": "vs {a} (SFT + threshold chosen on val)",
               "vs_recall_matched": "vs SFT at its own val recall", "ablation": "ablation {b} vs {a} (same parent)"}

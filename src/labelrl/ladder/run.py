@@ -22,7 +22,7 @@ from rich.console import Console
 
 from labelrl.fileio import RunLock, atomic_write_json, atomic_write_text
 from labelrl.ladder.analysis import analyse_task
-from labelrl.ladder.arms import LadderStopped, arm_config, rl_training_summary, train_arm
+from labelrl.ladder.arms import LadderStopped, arm_config, evaluate_arm, rl_training_summary, train_arm
 from labelrl.ladder.collapse import COLLAPSED, stops_on_collapse
 from labelrl.ladder.evaluations import eval_cap, scoring_job
 from labelrl.train.collapse import collapse_detail
@@ -176,6 +176,7 @@ class Ladder:
 
     def _train_and_evaluate(self, task: TaskSpec, task_dir: Path, arm_name: str, arm_type: str, cfg, st: dict) -> None:
         from labelrl.ladder.evaluations import evaluate_final
+        from labelrl.train.val_scoring import val_path_pending
 
         if FAMILY[arm_type] == "threshold":
             self._derive(task_dir, arm_name, cfg, st)
@@ -199,6 +200,9 @@ class Ladder:
             return
         st["seconds_train"] = time.monotonic() - started  # tuning candidates included (their val scoring too)
         if FAMILY[arm_type] == "rl":
+            if val_path_pending(task_dir / arm_name):  # its last val point and collapse flag wait for its val scores
+                evaluate_arm(task, task_dir, arm_name, cfg.mode, "val", precision=cfg.precision,
+                             max_new_tokens=eval_cap(task, arm_type, cfg, self.configs[task_dir.name]))
             st["train"] = rl_training_summary(task_dir / arm_name)
             if stops_on_collapse(task, st):  # on_collapse: stop: no look spent on a constant answer
                 self.console.print(f"[yellow]{task_dir.name}/{arm_name}: {collapse_detail(st['train']['collapse'])}; "

@@ -40,7 +40,7 @@ from rich.console import Console
 
 from labelrl.fileio import atomic_write_json, atomic_write_text
 from labelrl.ladder.arms import LadderStopped, train_arm
-from labelrl.ladder.evaluations import eval_cap, evaluate_candidate, scoring_job
+from labelrl.ladder.evaluations import candidate_eval_paths, eval_cap, evaluate_candidate, scoring_job
 from labelrl.ladder.layout import eval_paths
 from labelrl.ladder.side_by_side import Job, train_side_by_side
 from labelrl.ladder.spec import TaskSpec
@@ -197,6 +197,8 @@ def tune_arm(task: TaskSpec, task_dir: Path, arm_name: str, arm_type: str, cfg: 
                   "candidates": records}
     names = candidate_names(grid.candidates)
     candidates = [with_values(cfg, values, out=arm_dir / TUNE_DIR / name) for values, name in zip(grid.candidates, names)]
+    if getattr(cfg, "val_path_end", None) is not None:  # an RL candidate's path ends at its own val scores
+        candidates = [c.model_copy(update={"val_path_end": candidate_eval_paths(Path(c.out))[0]}) for c in candidates]
     if workers > 1:  # every candidate trained and scored on val side by side; then read back here, in order
         scored = scoring_job("candidate", task, eval_cap(task, arm_type, cfg, configs))
         train_side_by_side([Job(f"{arm_name}: {values_text(v)}", arm_type, c, task_dir, evaluate=scored)

@@ -70,7 +70,7 @@ from labelrl.train.setup import (
     preflight,
     progress_bar,
 )
-from labelrl.train.val_scoring import record_val_point, start_val_path
+from labelrl.train.val_scoring import PENDING, pending_end, record_val_point, start_val_path
 
 METRICS_FILE = "metrics.jsonl"
 LONG_ITEMS_FILE = "long_items_rl.json"
@@ -382,6 +382,9 @@ def finish_run(run: RLRun, last: dict) -> dict:
         model_dir = save_model(run.run_dir, run.policy, run.tokenizer) if run.is_main else run.run_dir / "model"
         summary["model_dir"] = str(model_dir)
     if run.is_main:
+        pending = pending_end(run)  # --val-path-end: the last val point comes from the final val predictions
+        if pending is not None:
+            summary[PENDING] = pending
         summary["collapse"] = run_collapse(run)  # from the files: a resumed run's earlier steps too
         atomic_write_json(run.run_dir / "rl_summary.json", summary)
     run.accelerator.wait_for_everyone()

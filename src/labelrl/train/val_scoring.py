@@ -19,10 +19,20 @@ file (``read_from``).
 A step's line is written before its checkpoint, so a kill loses it only together with the
 checkpoint: on resume the lines after the checkpoint's step are dropped (as ``metrics.jsonl``'s
 are) and redone, and a due step without its line (a kill during step 0's scoring) is scored again.
+
+With ``--val-path-end`` (the ladder's: it scores every RL run on its val sample right after
+training) the last step is not scored here either. The run ends with ``val_path_pending`` in
+``rl_summary.json`` (the step, the path's items and labels, the final model's fingerprint and
+where its val predictions will be), and ``complete_val_path``, called once those predictions are
+written, appends the step's line read from them (``read_from``) and makes the collapse flag again
+with it. When they cannot stand for the final model (other weights, precision or items) the line
+is left out and the summary says why (``val_path_end_missing``). A kill between the two writes
+leaves the pending entry: the next call writes the line again.
 """
 
 from __future__ import annotations
 
+import json
 import sys
 import time
 from pathlib import Path
@@ -33,7 +43,10 @@ from labelrl import metrics_keys as K
 from labelrl.data.prepare import prompt_ids, val_sample
 from labelrl.data.sample import sample_examples
 from labelrl.evaluate.val_path import VAL_PATH_FILE, val_point
-from labelrl.fileio import append_jsonl, atomic_write_jsonl, read_jsonl
+from labelrl.fileio import append_jsonl, atomic_write_json, atomic_write_jsonl, read_jsonl
+from labelrl.types import LabelSpace
+
+PENDING = "val_path_pending"  # rl_summary.json: the last step's point, to be read from the final val predictions
 
 
 def enabled(cfg) -> bool:
@@ -42,8 +55,19 @@ def enabled(cfg) -> bool:
 
 
 def due(step: int, cfg) -> bool:
-    """Step 0, every ``--checkpoint-every`` steps and the last step are scored."""
+    """Step 0, every ``--checkpoint-every`` steps and the last step are on the path."""
     return step == 0 or step % cfg.checkpoint_every == 0 or step == cfg.steps
+
+
+def scored_here(step: int, cfg) -> bool:
+    """A due step the run scores itself (``--val-path`` on): all but the last under
+    ``--val-path-end`` (module docstring)."""
+    return enabled(cfg) and due(step, cfg) and not (deferred(cfg) and step == cfg.steps and step > 0)
+
+
+def deferred(cfg) -> bool:
+    """The last step's point is read from the final model's val predictions (``--val-path-end``)."""
+    return enabled(cfg) and getattr(cfg, "val_path_end", None) is not None
 
 
 def start_val_path(run) -> None:
@@ -56,7 +80,7 @@ def start_val_path(run) -> None:
         kept = [r for r in read_jsonl(path) if r["step"] <= run.step] if run.cfg.resume else []
         if path.exists():
             atomic_write_jsonl(path, kept)  # one rewrite: a kill here keeps the old file or the cut one
-        if due(run.step, run.cfg) and all(r["step"] != run.step for r in kept):
+        if scored_here(run.step, run.cfg) and all(r["step"] != run.step for r in kept):
             score_and_write(run)
     run.accelerator.wait_for_everyone()
 
@@ -64,7 +88,7 @@ def start_val_path(run) -> None:
 def record_val_point(run) -> dict:
     """After step ``run.step``'s update and before its checkpoint: score and append the line when
     the step is due; returns ``{perf/val_seconds: s}`` for the step's metrics (main process only)."""
-    if not (run.is_main and enabled(run.cfg) and due(run.step, run.cfg)):
+    if not (run.is_main and enabled(run.cfg) and scored_here(run.step, run.cfg)):
         return {}
     record = score_and_write(run)
     return {K.VAL_SECONDS: record["seconds"]} if record else {}
@@ -104,26 +128,91 @@ def path_items(data, cfg) -> list:
 def starting_scores(run, examples: list) -> tuple[np.ndarray | None, str]:
     """The label probabilities [N, K] of ``examples`` from ``--val-path-start`` (module
     docstring), or None and why they cannot stand for scoring the starting model here."""
-    from labelrl.evaluate.io import read_predictions
     from labelrl.models.load import model_fingerprint
     from labelrl.models.precision import precision_name
 
-    path, labels = Path(run.cfg.val_path_start), run.data.dataset.labels
+    probs, why = scores_for(Path(run.cfg.val_path_start), [ex.id for ex in examples], run.data.dataset.labels.labels,
+                            precision_name(run.dtype), lambda: model_fingerprint(run.policy))
+    return probs, why.replace("the model's", "the starting model's")
+
+
+def scores_for(path: Path, ids: list[str], labels, precision: str, fingerprint) -> tuple[np.ndarray | None, str]:
+    """The label probabilities [N, K] of the items ``ids`` from the val predictions at ``path``,
+    or None and why they cannot stand for scoring the model whose fingerprint ``fingerprint()``
+    gives (called last: it hashes every weight) in ``precision`` with ``labels`` in this order."""
+    from labelrl.evaluate.io import read_predictions
+
     if not path.is_file():
         return None, "no such file"
     pred = read_predictions(path)
     info, scores = pred.info, pred.scores()
-    wanted = {"split": "val", "method": "scores", "precision": precision_name(run.dtype)}
+    wanted = {"split": "val", "method": "scores", "precision": precision}
     differs = [f"{k} {info.get(k)!r}, not {v!r}" for k, v in wanted.items() if info.get(k) != v]
-    if differs or scores is None or tuple(pred.labels.labels) != tuple(labels.labels):
+    if differs or scores is None or tuple(pred.labels.labels) != tuple(labels):
         return None, "; ".join(differs) or f"its labels {list(pred.labels.labels)} or scores do not fit this run's"
     rows = {item: i for i, item in enumerate(pred.ids)}
-    missing = [ex.id for ex in examples if ex.id not in rows]
+    missing = [item for item in ids if item not in rows]
     if missing:
-        return None, f"{len(missing)} of the path's {len(examples)} items are not in it (e.g. id {missing[0]!r})"
-    if info.get("model_fingerprint") != model_fingerprint(run.policy):
-        return None, "its model's weights are not the starting model's"
-    return scores[[rows[ex.id] for ex in examples]], ""
+        return None, f"{len(missing)} of the path's {len(ids)} items are not in it (e.g. id {missing[0]!r})"
+    if info.get("model_fingerprint") != fingerprint():
+        return None, "its model's weights are not the model's"
+    return scores[[rows[item] for item in ids]], ""
+
+
+def pending_end(run) -> dict | None:
+    """``rl_summary.json``'s ``val_path_pending`` of a run that finished its steps under
+    ``--val-path-end`` (module docstring), or None when its last step was scored here."""
+    from labelrl.models.load import model_fingerprint
+    from labelrl.models.precision import precision_name
+    from labelrl.train.collapse import collapse_settings
+
+    cfg = run.cfg
+    if not (deferred(cfg) and run.step >= cfg.steps > 0):
+        return None
+    examples, _ = val_prompts(run, path_items(run.data, cfg))
+    labels = run.data.dataset.labels
+    return {"step": run.step, "predictions": str(cfg.val_path_end), "ids": [ex.id for ex in examples],
+            "y_true": [ex.label for ex in examples], "labels": list(labels.labels), "kind": labels.kind,
+            "positive": labels.positive, "precision": precision_name(run.dtype),
+            "model_fingerprint": model_fingerprint(run.policy), "collapse_settings": collapse_settings(cfg)}
+
+
+def complete_val_path(run_dir: str | Path) -> bool:
+    """Append the pending last step's line of ``RUN_DIR/val_path.jsonl`` from the final model's
+    val predictions and make the collapse flag in ``rl_summary.json`` again (module docstring).
+    False when nothing is pending or the predictions are not written yet; else True (the line
+    appended, or left out with the reason in ``val_path_end_missing``)."""
+    from labelrl.train.collapse import detect_collapse
+
+    run_dir = Path(run_dir)
+    summary_path = run_dir / "rl_summary.json"
+    summary = json.loads(summary_path.read_text(encoding="utf-8")) if summary_path.is_file() else {}
+    pending = summary.get(PENDING)
+    if not pending or not Path(pending["predictions"]).is_file():
+        return False
+    started, source = time.perf_counter(), Path(pending["predictions"])
+    probs, why = scores_for(source, pending["ids"], pending["labels"], pending["precision"],
+                            lambda: pending["model_fingerprint"])
+    lines = [r for r in read_jsonl(run_dir / VAL_PATH_FILE) if r.get("step") != pending["step"]]
+    if probs is None:
+        summary["val_path_end_missing"] = f"step {pending['step']} not read from {source}: {why.replace('the model', 'the final model')}"
+        print(f"val path: {summary['val_path_end_missing']}", file=sys.stderr, flush=True)
+    else:
+        labels = LabelSpace(tuple(pending["labels"]), kind=pending["kind"], positive=pending["positive"])
+        point = val_point(labels, pending["y_true"], probs)
+        lines.append({"step": pending["step"], **point, "seconds": round(time.perf_counter() - started, 3),
+                      "read_from": str(source)})
+    atomic_write_jsonl(run_dir / VAL_PATH_FILE, lines)  # first: a kill before the summary leaves it pending
+    summary.pop(PENDING)
+    summary["collapse"] = detect_collapse(run_dir, **pending["collapse_settings"])
+    atomic_write_json(summary_path, summary)
+    return True
+
+
+def val_path_pending(run_dir: str | Path) -> bool:
+    """Whether the run's last val point waits for its val predictions (``complete_val_path``)."""
+    path = Path(run_dir) / "rl_summary.json"
+    return path.is_file() and bool(json.loads(path.read_text(encoding="utf-8")).get(PENDING))
 
 
 def val_prompts(run, examples: list) -> tuple[list, list[list[int]]]:
