@@ -190,21 +190,20 @@ def evaluate_arm(task: TaskSpec, task_dir: Path, arm_name: str, mode: str, split
     run's path on val takes its last step from the val scores (``complete_val_path``)."""
     from labelrl.train.val_scoring import complete_val_path
 
-    tag = (f"ood-{ood}" if ood else split) + ("-generate" if method == "generate" and mode == "direct" else "")
-    predictions, report = eval_paths(task_dir, arm_name, tag)
-    result = _evaluate_arm(task, task_dir, arm_name, mode, split, report, predictions, tag, ood, method, max_new_tokens,
-                           precision)
-    if tag == "val":  # an RL run's path on val may wait for these scores for its last step
-        complete_val_path(task_dir / arm_name)
+    result = _evaluate_arm(task, task_dir, arm_name, mode, split, ood=ood, method=method, max_new_tokens=max_new_tokens,
+                           precision=precision)
+    complete_val_path(task_dir / arm_name)  # a no-op unless these are the scores its pending path point waits for
     return result
 
 
-def _evaluate_arm(task: TaskSpec, task_dir: Path, arm_name: str, mode: str, split: str, report: Path, predictions: Path,
-                  tag: str, ood: str | None, method: str | None, max_new_tokens: int | None, precision: str) -> dict:
+def _evaluate_arm(task: TaskSpec, task_dir: Path, arm_name: str, mode: str, split: str, *, ood: str | None,
+                  method: str | None, max_new_tokens: int | None, precision: str) -> dict:
     from labelrl.evaluate.ledger import earlier_looks
     from labelrl.evaluate.setup import prepare
     from labelrl.evaluate.run import EvalConfig, evaluate_and_write
 
+    tag = (f"ood-{ood}" if ood else split) + ("-generate" if method == "generate" and mode == "direct" else "")
+    predictions, report = eval_paths(task_dir, arm_name, tag)
     if report.is_file():
         return json.loads(report.read_text(encoding="utf-8"))
     splits = task_dir / "ood" / ood if ood else task_dir

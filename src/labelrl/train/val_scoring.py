@@ -131,15 +131,16 @@ def starting_scores(run, examples: list) -> tuple[np.ndarray | None, str]:
     from labelrl.models.load import model_fingerprint
     from labelrl.models.precision import precision_name
 
-    probs, why = scores_for(Path(run.cfg.val_path_start), [ex.id for ex in examples], run.data.dataset.labels.labels,
-                            precision_name(run.dtype), lambda: model_fingerprint(run.policy))
-    return probs, why.replace("the model's", "the starting model's")
+    return scores_for(Path(run.cfg.val_path_start), [ex.id for ex in examples], run.data.dataset.labels.labels,
+                      precision_name(run.dtype), lambda: model_fingerprint(run.policy), "the starting model")
 
 
-def scores_for(path: Path, ids: list[str], labels, precision: str, fingerprint) -> tuple[np.ndarray | None, str]:
+def scores_for(path: Path, ids: list[str], labels, precision: str, fingerprint,
+               whose: str) -> tuple[np.ndarray | None, str]:
     """The label probabilities [N, K] of the items ``ids`` from the val predictions at ``path``,
-    or None and why they cannot stand for scoring the model whose fingerprint ``fingerprint()``
-    gives (called last: it hashes every weight) in ``precision`` with ``labels`` in this order."""
+    or None and why they cannot stand for scoring ``whose`` model, the one whose fingerprint
+    ``fingerprint()`` gives (called last: it hashes every weight), in ``precision`` with
+    ``labels`` in this order."""
     from labelrl.evaluate.io import read_predictions
 
     if not path.is_file():
@@ -155,7 +156,7 @@ def scores_for(path: Path, ids: list[str], labels, precision: str, fingerprint) 
     if missing:
         return None, f"{len(missing)} of the path's {len(ids)} items are not in it (e.g. id {missing[0]!r})"
     if info.get("model_fingerprint") != fingerprint():
-        return None, "its model's weights are not the model's"
+        return None, f"its model's weights are not {whose}'s"
     return scores[[rows[item] for item in ids]], ""
 
 
@@ -192,10 +193,10 @@ def complete_val_path(run_dir: str | Path) -> bool:
         return False
     started, source = time.perf_counter(), Path(pending["predictions"])
     probs, why = scores_for(source, pending["ids"], pending["labels"], pending["precision"],
-                            lambda: pending["model_fingerprint"])
+                            lambda: pending["model_fingerprint"], "the final model")
     lines = [r for r in read_jsonl(run_dir / VAL_PATH_FILE) if r.get("step") != pending["step"]]
     if probs is None:
-        summary["val_path_end_missing"] = f"step {pending['step']} not read from {source}: {why.replace('the model', 'the final model')}"
+        summary["val_path_end_missing"] = f"step {pending['step']} not read from {source}: {why}"
         print(f"val path: {summary['val_path_end_missing']}", file=sys.stderr, flush=True)
     else:
         labels = LabelSpace(tuple(pending["labels"]), kind=pending["kind"], positive=pending["positive"])
