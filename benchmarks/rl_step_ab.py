@@ -1,7 +1,7 @@
 """One change to the RL step, measured with both arms in one process, alternating step by step.
 
     .venv/bin/python benchmarks/rl_step_ab.py --compare adapter-update|training-pass|prefill|padding|vocabulary|
-        draw|optimizer|kept-groups|small|shared-prompt|blocks|script|all
+        draw|optimizer|kept-groups|small|shared-prompt|blocks|script|fan-out|all
         [--prompts 2] [--json OUT] [--runs 6] [--precision bf16|fp32] [--threads N]
 
 The step is ``benchmarks/rl_step.py``'s at G = 4 without the skip rule (every group trains):
@@ -33,6 +33,9 @@ change and the other runs the default:
   (``fast_decode.decode_layers``);
 - ``shared-prompt``: the decoder's cache with the prompt's keys and values copied to each of its
   G rows against one copy per prompt read once for them (``fast_decode.FastLlamaDecoder``);
+- ``fan-out``: the lean pass's rows after their parent's keys and values by ``index_select``
+  (its backward a scatter-add) against an expanded view copied once (``lean_pass._after``: its
+  backward a sum over the rows of each parent);
 - ``all``: the module pass with prompts prefilled whole against the default (``training-pass``
   and ``prefill`` together).
 
@@ -270,6 +273,25 @@ def python_decode_layers():
 
 
 @contextlib.contextmanager
+def parents_selected():
+    """Each row of a lean-pass segment after its parent's keys and values by ``index_select``
+    (before ``lean_pass._after``)."""
+    import labelrl.rollout.lean_pass as lean_pass
+
+    kept = lean_pass._after
+
+    def selected(seen, own, fan_out):
+        parent = torch.arange(seen.shape[0], device=seen.device).repeat_interleave(fan_out)
+        return torch.cat([seen.index_select(0, parent), own], dim=2)
+
+    lean_pass._after = selected
+    try:
+        yield
+    finally:
+        lean_pass._after = kept
+
+
+@contextlib.contextmanager
 def before_both():
     with module_pass(), prompts_prefilled_whole():
         yield
@@ -294,6 +316,8 @@ COMPARISONS = {
                ("B in equal blocks (default)", _no_run(contextlib.nullcontext))),
     "script": (("decode layers in Python", _no_run(python_decode_layers)),
                ("scripted (default)", _no_run(contextlib.nullcontext))),
+    "fan-out": (("index_select by parent", _no_run(parents_selected)),
+                ("expanded, copied once (default)", _no_run(contextlib.nullcontext))),
     "small": (("draw, AdamW, groups as before", before_small), ("default", _no_run(contextlib.nullcontext))),
     "all": (("module pass, prompts whole", _no_run(before_both)), ("default", _no_run(contextlib.nullcontext))),
 }

@@ -13,11 +13,14 @@ the host's noise falls on both alike:
   or its shared prompt prefix run once, whichever computes fewer positions
   (``labelrl.train.sft.sft_loss``);
 - ``lean``: the same loss through ``labelrl.rollout.lean_pass`` (``sft_loss_lean``): fused
-  q/k/v and gate/up products, stacked adapters, real tokens only, log-probs without logits.
+  q/k/v and gate/up products, stacked adapters, real tokens only, log-probs without logits,
+  each item's prompt and answer as one segment (``lean_logprobs(join=True)``, G = 1);
+- ``apart``: the lean pass with the prompts and the answers as two segments (``join=False``:
+  per layer one attention call, one layout and a copy of the prompts' keys and values more).
 
 A step is the forward, backward, gradient clipping and the AdamW update. One warm-up step of
-each arm, then ``--runs`` of each; medians and their ratio, ending with
-``lean vs module: R×``. Both arms update the same weights, so their losses drift together;
+each arm, then ``--runs`` of each; medians and their ratios, ending with
+``lean vs module: R×`` (after ``joined vs apart: R×``). Both arms update the same weights, so their losses drift together;
 their times are what is compared.
 """
 
@@ -31,9 +34,11 @@ from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+import contextlib  # noqa: E402
+
 from common import busy_note, cpu_line, machine_rates, rates_line, read_bandwidth, timing_args  # noqa: E402
 
-ARMS = ("module", "lean")
+ARMS = ("module", "apart", "lean")
 
 
 def extra(parser) -> None:
@@ -56,6 +61,19 @@ def start(args, out: Path):
     return start_sft(cfg, Accelerator(cpu=True))
 
 
+@contextlib.contextmanager
+def answers_apart():
+    """``sft_loss_lean`` with each item's prompt and answer as two segments."""
+    import labelrl.train.sft as sft
+
+    kept = sft.lean_logprobs
+    sft.lean_logprobs = lambda *args: kept(*args, join=False)
+    try:
+        yield
+    finally:
+        sft.lean_logprobs = kept
+
+
 def main() -> None:
     import torch
 
@@ -73,11 +91,12 @@ def main() -> None:
         step = 0
         for repeat in range(args.runs + 1):
             for arm in ARMS:
-                run.lean_reason = None if arm == "lean" else "benchmark: the module arm"
+                run.lean_reason = None if arm != "module" else "benchmark: the module arm"
                 batch = run.batch(step)
-                started = time.perf_counter()
-                sft_step(run, batch)
-                seconds = time.perf_counter() - started
+                with answers_apart() if arm == "apart" else contextlib.nullcontext():
+                    started = time.perf_counter()
+                    sft_step(run, batch)
+                    seconds = time.perf_counter() - started
                 step += 1
                 if repeat:  # the first step of each arm warms up
                     times[arm].append(seconds)
@@ -90,6 +109,7 @@ def main() -> None:
         print(f"  {arm:<6} step {medians[arm]:.3f} s (median; {min(times[arm]):.3f}–{max(times[arm]):.3f}), "
               f"{rate:,.0f} tokens/s")
     ratio = medians["module"] / medians["lean"]
+    print(f"joined vs apart: {medians['apart'] / medians['lean']:.2f}×")
     if args.json is not None:
         import json
 

@@ -1,6 +1,7 @@
 """SFT through the lean training pass (``sft_loss_lean``): the module pass's loss and LoRA
 gradients on Llama, Qwen2 (q/k/v biases) and Qwen3 (q/k norms), with and without the shared
-prompt prefix; in bf16 the same roundings; a dropped adapter caught in fp32 and in bf16; the
+prompt prefix, each item's prompt and answer as one segment or two; in bf16 the same roundings;
+a dropped adapter caught in fp32 and in bf16; the
 module pass kept, and said why, wherever the lean one does not apply (``sft_lean_reason``,
 ``sft_summary.json``).
 
@@ -127,6 +128,53 @@ def test_the_lean_sft_loss_gives_the_module_loss_and_lora_gradients(name, monkey
         assert grads.keys() == factors  # every factor gets a gradient, and nothing else does
         assert all(g.abs().max() > 0 for g in grads.values())
         assert_gradients_within(grads, ref_grads, bounds)
+
+
+def segment_spy(monkeypatch) -> tuple[list[list[tuple[int, int]]], dict]:
+    """The [n, s] layout of each lean pass's segments, and the ``join`` (``choice["join"]``) with
+    which ``sft_loss_lean`` runs them."""
+    layouts, choice, real_forward, real_logprobs = [], {"join": None}, lean_pass._forward, sft_module.lean_logprobs
+    monkeypatch.setattr(lean_pass, "_forward", lambda w, segments, *rest: layouts.append(
+        [tuple(segment.ids.shape) for segment in segments]) or real_forward(w, segments, *rest))
+    monkeypatch.setattr(sft_module, "lean_logprobs", lambda *args: real_logprobs(*args, join=choice["join"]))
+    return layouts, choice
+
+
+@pytest.mark.numerics
+@pytest.mark.parametrize("name", FAMILIES)
+def test_each_prompt_and_its_answer_run_as_one_segment_with_the_two_segments_values(name, monkeypatch):
+    """With one answer per prompt (G = 1) the lean pass runs each item as one row, prompt and
+    answer inputs together (``lean_logprobs(join=...)``): one attention call and one layout a
+    layer fewer than the prompts and the answers apart, with the same loss and LoRA gradients
+    within the fp32 rounding bounds of the first test (both routes' queries see the same keys in
+    the same order; only the kernels' shapes differ). The items' answers of 4, 1 and 34 tokens put
+    right padding after two of them and no input at all after the one-token answer."""
+    model, pad, items = adapted(name), pad_of(name), list(answered(name))
+    _, ref_grads, magnitudes = loss_and_grads(model, lambda: sft_loss(model, items, pad))
+    bounds = gradient_bounds([magnitudes, magnitudes], ref_grads, gradient_chain_length(model, LONGEST, len(items) * LONGEST))
+    widest = max(ANSWER_LENGTHS)
+    layouts, choice = segment_spy(monkeypatch)
+    for share in (True, False):
+        results = {}
+        for join in (False, True):
+            layouts.clear()
+            choice["join"] = join
+            results[join] = loss_and_grads(model, lambda: sft_loss_lean(model, items, pad, share_prefix=share))
+            prompts = max(map(len, PROMPTS)) - (len(PREFIX) if share else 0)
+            expected = [(1, len(PREFIX))] if share else []
+            expected += [(len(items), prompts + widest - 1)] if join else [(len(items), prompts), (len(items), widest - 1)]
+            assert layouts == [expected], (share, join)
+        (apart, apart_grads, _), (joined, joined_grads, _) = results[False], results[True]
+        assert_values_within(joined, apart, loss_bound(model, float(apart)), f"loss (share_prefix={share})")
+        assert joined_grads.keys() == apart_grads.keys() == ref_grads.keys()
+        assert_gradients_within(joined_grads, apart_grads, bounds)
+
+
+def test_only_a_single_completion_can_join_its_prompts_row():
+    model = lora(tiny_llama())
+    targets, mask = torch.tensor([[5, 6, 7]] * 2), torch.ones(2, 3, dtype=torch.bool)
+    with pytest.raises(ValueError, match="group_size=2"):
+        lean_pass.lean_logprobs(model, [[1, 2, 3]], targets, mask, 2, 0, 0, torch.float32, join=True)
 
 
 @pytest.mark.numerics

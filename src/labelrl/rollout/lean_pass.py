@@ -206,13 +206,13 @@ def lean_weights(model: nn.Module, dtype: torch.dtype) -> LeanWeights:
 class Segment:
     """One run of the pass laid out [n, s]: the prefix every prompt shares (one row), the
     prompts (or their remainders after it), or the completions. Row r of a segment sees the
-    columns its ``parent`` row sees in the segment before (that row's own ancestors included),
-    then its own, causally."""
+    columns its parent, row r // ``fan_out`` of the segment before, sees (that row's own
+    ancestors included), then its own, causally."""
 
     ids: torch.Tensor  # [n, s]
     columns: torch.Tensor  # [n, C + s]: which of the C columns seen before and the s own are real
     positions: torch.Tensor  # [n, s] rotary positions
-    parent: torch.Tensor | None  # [n] each row's row in the segment before (None: the first segment)
+    fan_out: int | None  # rows of this segment after each row of the one before (None: the first segment)
     tokens: torch.Tensor | None  # flat indices into n·s of the tokens computed, ascending (None: all)
 
     @property
@@ -228,6 +228,16 @@ class Segment:
         if self.tokens is None:
             return values
         return values.new_zeros(self.ids.numel(), *values.shape[1:]).index_copy(0, self.tokens, values)
+
+
+def _after(seen: torch.Tensor, own: torch.Tensor, fan_out: int) -> torch.Tensor:
+    """Each row's keys (or values) ``own`` [n, h, s, d] after its parent's, ``seen``
+    [n / fan_out, h, C, d]: one copy into [n, h, C + s, d], whose backward sums each parent's
+    ``fan_out`` rows over a dimension (an ``index_select`` by parent would scatter-add them,
+    several times slower on CPU)."""
+    m = seen.shape[0]
+    return torch.cat([seen.unsqueeze(1).expand(m, fan_out, *seen.shape[1:]), own.unflatten(0, (m, fan_out))],
+                     dim=3).flatten(0, 1)
 
 
 def _layer(w: LeanWeights, layer: LeanLayer, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
@@ -247,8 +257,7 @@ def _layer(w: LeanWeights, layer: LeanLayer, x: torch.Tensor, cos: torch.Tensor,
         seg_qk = segment.laid_out(qk[start:end]).view(n, s, h_q + h_kv, d)
         keys, values = seg_qk[:, :, h_q:].transpose(1, 2), segment.laid_out(v[start:end]).view(n, s, h_kv, d).transpose(1, 2)
         if seen is not None:  # each row after its parent's keys and values
-            keys = torch.cat([seen[0].index_select(0, segment.parent), keys], dim=2)
-            values = torch.cat([seen[1].index_select(0, segment.parent), values], dim=2)
+            keys, values = _after(seen[0], keys, segment.fan_out), _after(seen[1], values, segment.fan_out)
         attn = F.scaled_dot_product_attention(seg_qk[:, :, :h_q].transpose(1, 2), keys, values, attn_mask=mask,
                                               scale=d ** -0.5, enable_gqa=True)
         outputs.append(segment.flat(attn.transpose(1, 2).reshape(n * s, h_q * d)))
@@ -286,16 +295,40 @@ def _prompt_segments(prompt_ids: Sequence[Sequence[int]], shared: int, pad: int,
 
     if not shared:
         ids, columns, positions = left_pad(prompt_ids, pad, device)
-        return [Segment(ids, columns, positions, parent=None, tokens=real_tokens(columns))]
+        return [Segment(ids, columns, positions, fan_out=None, tokens=real_tokens(columns))]
     prefix = torch.tensor([list(prompt_ids[0][:shared])], dtype=torch.long, device=device)
     ids, columns, positions = remainder_inputs(prompt_ids, shared, pad, device)
-    return [Segment(prefix, torch.ones_like(prefix), torch.arange(shared, device=device)[None], parent=None, tokens=None),
-            Segment(ids, columns, positions, parent=torch.zeros(len(prompt_ids), dtype=torch.long, device=device),
+    return [Segment(prefix, torch.ones_like(prefix), torch.arange(shared, device=device)[None], fan_out=None, tokens=None),
+            Segment(ids, columns, positions, fan_out=len(prompt_ids),
                     tokens=real_tokens(columns[:, shared:]))]
 
 
+def _joined(prompts: Segment, targets: torch.Tensor, mask: torch.Tensor, inputs: torch.Tensor,
+            before: int) -> tuple[Segment, list[torch.Tensor]]:
+    """The prompts' segment with each row's completion inputs after its prompt (G = 1), and the
+    heads in ``lean_logprobs``' order: each row's last prompt token (it predicts the first
+    completion token), then the real ``inputs`` (flat indices into [n, width - 1], row by row:
+    offset o predicts o + 1)."""
+    device = targets.device
+    n, width = targets.shape
+    s = prompts.ids.shape[1]
+    columns = torch.cat([prompts.columns, mask[:, 1:].long()], dim=1)
+    own = columns[:, -(s + width - 1):]
+    steps = torch.arange(1, width, device=device)
+    joined = Segment(torch.cat([prompts.ids, targets[:, :-1]], dim=1), columns,
+                     torch.cat([prompts.positions, prompts.positions[:, -1:] + steps], dim=1),
+                     fan_out=prompts.fan_out, tokens=real_tokens(own))
+    # each slot's place in the flat token stream (slots not computed are never read)
+    slot = torch.zeros(own.numel(), dtype=torch.long, device=device)
+    computed = torch.arange(own.numel(), device=device) if joined.tokens is None else joined.tokens
+    slot[computed] = before + torch.arange(computed.numel(), device=device)
+    slot = slot.view(n, s + width - 1)
+    return joined, [slot[:, s - 1], slot[:, s:].reshape(-1).index_select(0, inputs)]
+
+
 def lean_logprobs(model: nn.Module, prompt_ids: Sequence[Sequence[int]], targets: torch.Tensor, mask: torch.Tensor,
-                  group_size: int, shared: int, pad: int, dtype: torch.dtype, with_entropy: bool = False):
+                  group_size: int, shared: int, pad: int, dtype: torch.dtype, with_entropy: bool = False,
+                  join: bool | None = None):
     """The log-probs [M] (fp32) of each completion's first token and of its other real tokens
     among ``targets`` [N, T] (N = B·G, grouped by prompt; ``mask`` marks the real ones), and where
     they stand: flat indices into N·T (every position 0, then the rest). ``with_entropy``: also
@@ -305,7 +338,12 @@ def lean_logprobs(model: nn.Module, prompt_ids: Sequence[Sequence[int]], targets
     and the G completions of each on top of its prompt, as ``completion_logprobs_shared`` runs
     the module pass, but every layer's projections, norms and MLP run on the tokens of all three
     at once (larger products, a third of the operations), and only on real tokens: a prompt's
-    left padding and a completion's slots past its end are never computed."""
+    left padding and a completion's slots past its end are never computed.
+
+    ``join`` (default: when G = 1, as SFT's items are) runs each prompt and its one completion
+    as one segment, one row each: per layer one attention call, one layout and no copy of the
+    prompts' keys and values fewer. Each query sees the same keys in the same order either way;
+    ``join=False`` keeps them apart (the benchmark's other arm, and the tests' reference)."""
     w = lean_weights(model, dtype)
     n, width = targets.shape
     device = targets.device
@@ -317,16 +355,22 @@ def lean_logprobs(model: nn.Module, prompt_ids: Sequence[Sequence[int]], targets
     last = before + real_per_prompt.cumsum(0) - 1
     heads = [last.repeat_interleave(group_size)]
     where = [torch.arange(n, device=device) * width]
+    join = group_size == 1 if join is None else join
+    if join and group_size != 1:
+        raise ValueError(f"join=True with group_size={group_size}: only a prompt's one completion can share its row")
     if width > 1:
         # the token at offset o is an input when token o + 1 is real
         inputs = mask[:, 1:].reshape(-1).nonzero().squeeze(1)
-        parent = torch.arange(len(prompt_ids), device=device).repeat_interleave(group_size)
-        columns = torch.cat([prompts.columns.index_select(0, parent), mask[:, 1:].long()], dim=1)
-        positions = prompts.positions[:, -1:].index_select(0, parent) + 1 + torch.arange(width - 1, device=device)
-        segments.append(Segment(targets[:, :-1], columns, positions, parent=parent,
-                                tokens=None if inputs.numel() == mask[:, 1:].numel() else inputs))
-        heads.append(before + prompts.size + torch.arange(inputs.numel(), device=device))
         where.append(inputs // (width - 1) * width + inputs % (width - 1) + 1)
+        if join:
+            segments[-1], heads = _joined(prompts, targets, mask, inputs, before)
+        else:
+            parent = torch.arange(len(prompt_ids), device=device).repeat_interleave(group_size)
+            columns = torch.cat([prompts.columns.index_select(0, parent), mask[:, 1:].long()], dim=1)
+            positions = prompts.positions[:, -1:].index_select(0, parent) + 1 + torch.arange(width - 1, device=device)
+            segments.append(Segment(targets[:, :-1], columns, positions, fan_out=group_size,
+                                    tokens=None if inputs.numel() == mask[:, 1:].numel() else inputs))
+            heads.append(before + prompts.size + torch.arange(inputs.numel(), device=device))
     with torch.autocast(device_type=device.type, enabled=False):  # every dtype is set explicitly
         where = torch.cat(where)
         logprobs, entropy = _forward(w, segments, torch.cat(heads), targets.reshape(-1).index_select(0, where))
