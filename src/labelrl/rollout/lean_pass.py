@@ -205,7 +205,8 @@ def lean_weights(model: nn.Module, dtype: torch.dtype) -> LeanWeights:
 @dataclass
 class Segment:
     """One run of the pass laid out [n, s]: the prefix every prompt shares (one row), the
-    prompts (or their remainders after it), or the completions. Row r of a segment sees the
+    prompts (or their remainders after it), the completions, or (one completion per prompt)
+    each prompt with its completion after it. Row r of a segment sees the
     columns its parent, row r // ``fan_out`` of the segment before, sees (that row's own
     ancestors included), then its own, causally."""
 

@@ -153,9 +153,9 @@ def sft_loss_lean(model, batch: list[SFTItem], pad: int, dtype: torch.dtype = to
     assistant tokens, as the mean of their negative log-probs, each computed from its hidden
     state without the vocabulary-wide logits.
 
-    Each item is a prompt with one completion, its answer (G = 1). Every layer runs on the real
-    tokens only (no row padding, no packing slack), and with ``share_prefix`` the prefix all the
-    prompts start with runs once. The caller checks ``sft_lean_reason`` first.
+    Each item is a prompt with one completion, its answer (G = 1), run as one segment of the
+    pass (``lean_logprobs``' ``join``). Every layer runs on the real tokens only (no row padding,
+    no packing slack), and with ``share_prefix`` the prefix all the prompts start with runs once. The caller checks ``sft_lean_reason`` first.
     """
     prompts = [it.input_ids[: it.n_prompt] for it in batch]
     targets, mask = right_pad([it.input_ids[it.n_prompt:] for it in batch], pad, model_device(model))
