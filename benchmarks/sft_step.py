@@ -1,13 +1,13 @@
-"""The SFT step through the lean pass against the module pass, both arms in one process.
+"""The SFT step through the lean pass against the module pass, every arm in one process.
 
     .venv/bin/python benchmarks/sft_step.py [--data sms-spam] [--model smollm2-135m-instruct] [--runs 6] [--batch-size 8]
         [--mode direct] [--precision bf16|fp32] [--threads N] [--json OUT]
 
 The demo's SFT shapes: SmolLM2-135M-Instruct + LoRA r=16 on every linear layer, batches of 8
 training items of ``--data`` (the demo's sms-spam, or vader-movies), the answer tag and the
-end-of-turn token as the loss's targets. One run's model and optimizer serve both arms; each
-step takes the next batch, and the arms alternate step by step (module, lean, module, …), so
-the host's noise falls on both alike:
+end-of-turn token as the loss's targets. One run's model and optimizer serve every arm; each
+step takes the next batch, and the arms alternate step by step (module, apart, lean, module, …),
+so the host's noise falls on all alike:
 
 - ``module``: the loss through peft's and transformers' modules, the batch packed into rows
   or its shared prompt prefix run once, whichever computes fewer positions
@@ -19,8 +19,8 @@ the host's noise falls on both alike:
   per layer one attention call, one layout and a copy of the prompts' keys and values more).
 
 A step is the forward, backward, gradient clipping and the AdamW update. One warm-up step of
-each arm, then ``--runs`` of each; medians and their ratios, ending with
-``lean vs module: R×`` (after ``joined vs apart: R×``). Both arms update the same weights, so their losses drift together;
+each arm, then ``--runs`` of each; medians and their ratios, ending with ``joined vs apart: R×``
+and ``lean vs module: R×``. The arms update the same weights, so their losses drift together;
 their times are what is compared.
 """
 

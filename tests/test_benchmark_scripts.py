@@ -13,14 +13,16 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def test_sft_step_prints_the_cpu_both_arms_and_ends_with_their_ratio():
+def test_sft_step_prints_the_cpu_every_arm_and_ends_with_their_ratios():
     out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "sft_step.py"), "--model", "tiny-random",
                           "--runs", "2", "--threads", "1"], capture_output=True, text=True, timeout=600, cwd=ROOT)
     assert out.returncode == 0, out.stderr[-3000:]
     lines = out.stdout.strip().splitlines()
     assert lines[0].startswith("CPU: ") and "memory read" in lines[1]
     assert any(line.strip().startswith("module step") for line in lines)
+    assert any(line.strip().startswith("apart  step") for line in lines)  # the lean pass, prompt and answer apart
     assert any(line.strip().startswith("lean   step") for line in lines)
+    assert re.fullmatch(r"joined vs apart: \d+\.\d\d×", lines[-2])
     assert re.fullmatch(r"lean vs module: \d+\.\d\d×", lines[-1])
 
 

@@ -1,9 +1,8 @@
 """SFT through the lean training pass (``sft_loss_lean``): the module pass's loss and LoRA
 gradients on Llama, Qwen2 (q/k/v biases) and Qwen3 (q/k norms), with and without the shared
 prompt prefix, each item's prompt and answer as one segment or two; in bf16 the same roundings;
-a dropped adapter caught in fp32 and in bf16; the
-module pass kept, and said why, wherever the lean one does not apply (``sft_lean_reason``,
-``sft_summary.json``).
+a dropped adapter caught in fp32 and in bf16; the module pass kept, and said why, wherever the
+lean one does not apply (``sft_lean_reason``, ``sft_summary.json``).
 
 The two routes run other kernels (packed module rows against real tokens only), so fp32 values
 and gradients are compared to the rounding bounds of tests/numerics.py, not to measured

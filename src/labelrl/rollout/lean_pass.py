@@ -206,9 +206,9 @@ def lean_weights(model: nn.Module, dtype: torch.dtype) -> LeanWeights:
 class Segment:
     """One run of the pass laid out [n, s]: the prefix every prompt shares (one row), the
     prompts (or their remainders after it), the completions, or (one completion per prompt)
-    each prompt with its completion after it. Row r of a segment sees the
-    columns its parent, row r // ``fan_out`` of the segment before, sees (that row's own
-    ancestors included), then its own, causally."""
+    each prompt with its completion after it. Row r of a segment sees the columns its parent,
+    row r // ``fan_out`` of the segment before, sees (that row's own ancestors included), then
+    its own, causally."""
 
     ids: torch.Tensor  # [n, s]
     columns: torch.Tensor  # [n, C + s]: which of the C columns seen before and the s own are real
@@ -342,7 +342,7 @@ def lean_logprobs(model: nn.Module, prompt_ids: Sequence[Sequence[int]], targets
     left padding and a completion's slots past its end are never computed.
 
     ``join`` (default: when G = 1, as SFT's items are) runs each prompt and its one completion
-    as one segment, one row each: per layer one attention call, one layout and no copy of the
+    as one segment, one row each: per layer one attention call, one layout and one copy of the
     prompts' keys and values fewer. Each query sees the same keys in the same order either way;
     ``join=False`` keeps them apart (the benchmark's other arm, and the tests' reference)."""
     w = lean_weights(model, dtype)
