@@ -52,5 +52,44 @@ def test_parameters_on_a_device_without_the_fused_kernel_get_torchs_default(monk
     assert not optimizer.param_groups[0]["fused"]
 
 
+def rates(schedule: str, total: int, tmp_path) -> list[float]:
+    optimizer, scheduler = make_optimizer(torch.nn.Linear(4, 2), ModelOptions(out=tmp_path, learning_rate=LR, lr_schedule=schedule), total)
+    seen = []
+    for _ in range(total):
+        seen.append(optimizer.param_groups[0]["lr"])
+        optimizer.step()
+        scheduler.step()
+    return seen
+
+
+def test_the_constant_schedule_holds_the_rate_after_its_warm_up(tmp_path):
+    # 40 steps: a warm-up of ceil(0.05 · 40) = 2 steps, LR/2 then LR, then LR to the end.
+    assert rates("constant", 40, tmp_path) == pytest.approx([LR / 2] + [LR] * 39)
+
+
+def test_the_linear_schedule_decays_to_one_step_short_of_zero(tmp_path):
+    # 40 steps, warm-up 2: LR/2, LR, then LR·(40 − s)/39 for s = 2..39, so the last step takes
+    # LR/39 and each step after the warm-up takes LR/39 less than the one before.
+    seen = rates("linear", 40, tmp_path)
+    assert seen[:2] == pytest.approx([LR / 2, LR])
+    assert seen[2:] == pytest.approx([LR * (40 - s) / 39 for s in range(2, 40)])
+    assert seen[-1] == pytest.approx(LR / 39) and min(seen) > 0
+
+
+def test_a_resumed_linear_schedule_continues_where_it_stopped(tmp_path):
+    optimizer, scheduler = make_optimizer(torch.nn.Linear(4, 2), ModelOptions(out=tmp_path, learning_rate=LR, lr_schedule="linear"), 40)
+    for _ in range(17):
+        optimizer.step()
+        scheduler.step()
+    # What a checkpoint keeps (labelrl.train.checkpoint): both states, loaded into a fresh pair.
+    optimizer2, scheduler2 = make_optimizer(torch.nn.Linear(4, 2), ModelOptions(out=tmp_path, learning_rate=LR, lr_schedule="linear"), 40)
+    optimizer2.load_state_dict(optimizer.state_dict())
+    scheduler2.load_state_dict(scheduler.state_dict())
+    assert optimizer2.param_groups[0]["lr"] == pytest.approx(LR * (40 - 17) / 39)
+    optimizer2.step()
+    scheduler2.step()
+    assert optimizer2.param_groups[0]["lr"] == pytest.approx(LR * (40 - 18) / 39)
+
+
 if __name__ == "__main__":
     pytest.main([__file__])

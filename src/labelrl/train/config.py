@@ -28,6 +28,7 @@ class ModelOptions(BaseModel):
     learning_rate: float = Field(1e-4, gt=0, description="AdamW learning rate.")
     weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay.")
     max_grad_norm: float = Field(1.0, gt=0, description="Clip the global gradient norm to this value.")
+    lr_schedule: Literal["constant", "linear"] = Field("constant", description="Learning rate after the warm-up (5% of the steps, 1 to 10): constant, or a linear decay that would reach 0 one step after the last. A decay makes the last steps small, so the final model depends less on the last few batches' gradients (and their rounding) at a high rate.")
     seed: int = Field(0, description="Seed for initialisation, data order and sampling.")
     out: Path = Field(description="Run directory: splits, checkpoints, metrics and logs go here.")
     quiet: bool = Field(False, description="No progress bar; log lines only.")
@@ -53,6 +54,7 @@ class SFTConfig(DataOptions, ModelOptions):
     only_ids_from: Optional[Path] = Field(None, description="Train only on the items whose ids have a kept trace in this traces file (the matched-data control).")
     merge: bool = Field(False, description="Also save merged full weights (LoRA folded in) to RUN_DIR/merged.")
     shuffle_labels: bool = Field(False, description="Control: train on labels shuffled across items (teaches the answer format, not the task).")
+    prompt_sampling: Literal["uniform", "balanced"] = Field("uniform", description="Order of the training items: uniform (every item once per epoch, seeded shuffle) or balanced (every label equally often: one item of each label in every run of K items, a minority label's items repeated sooner). Balanced weighs each label's loss equally, the objective balanced accuracy scores and RL's --prompt-sampling balanced rewards; uniform weighs them by their share, so on skewed labels the model leans to the majority label.")
     pack: bool = Field(True, description="Pack each batch's items into rows as wide as its longest item, attention kept within each item, so long-tailed text lengths cost little padding (--no-pack pads every item to the longest; the loss is the same).")
 
     @model_validator(mode="after")

@@ -52,6 +52,7 @@ from labelrl.train.distributed import (
     start_trackers,
 )
 from labelrl.train.setup import (
+    balanced_indices,
     init_run_dir,
     make_optimizer,
     ordered_indices,
@@ -68,6 +69,7 @@ LONG_ITEMS_FILE = "long_items_sft.json"
 class SFTItem:
     input_ids: list[int]  # prompt then target
     n_prompt: int  # loss starts after these
+    label: str = ""  # the label the target states (after --shuffle-labels): what --prompt-sampling balanced balances
 
 
 def build_items(tokenizer, data: RunData, cfg: SFTConfig, traces: dict[str, str] | None) -> list[SFTItem]:
@@ -105,7 +107,7 @@ def build_items(tokenizer, data: RunData, cfg: SFTConfig, traces: dict[str, str]
     )
     if PartialState().is_main_process:
         announce(report, Path(cfg.out) / LONG_ITEMS_FILE)
-    return [SFTItem(p_ids + targets[i], len(p_ids)) for i, p_ids in zip(kept, prompts)]
+    return [SFTItem(p_ids + targets[i], len(p_ids), str(labels[i])) for i, p_ids in zip(kept, prompts)]
 
 
 def batch_layout(batch: list[SFTItem], pad: int, pack: bool = True, share_prefix: bool = False) -> BatchLayout:
@@ -243,7 +245,16 @@ class SFTRun:
     def batch(self, step: int) -> list[SFTItem]:
         """The items of ``step`` (0-based): a pure function of (seed, position)."""
         size = self.cfg.batch_size
-        return [self.items[i] for i in ordered_indices(len(self.items), step * size, size, self.cfg.seed)]
+        return [self.items[i] for i in item_order(self.items, self.cfg, step * size, size)]
+
+
+def item_order(items: list[SFTItem], cfg: SFTConfig, start: int, count: int) -> list[int]:
+    """Positions ``start … start+count−1`` of the run's item stream: seeded per-epoch shuffles, or
+    with ``--prompt-sampling balanced`` every label in turn (``balanced_indices``), as RL draws its
+    prompts, so SFT's expected loss weighs each label's items equally, as balanced accuracy does."""
+    if cfg.prompt_sampling == "balanced":
+        return balanced_indices([it.label for it in items], start, count, cfg.seed)
+    return ordered_indices(len(items), start, count, cfg.seed)
 
 
 def start_sft(cfg: SFTConfig, accelerator) -> SFTRun:
@@ -292,7 +303,7 @@ def plan_sft_memory(run: SFTRun) -> MemoryPlan:
     """The memory plan for the run's largest batch (this process's share, in its layout): the
     most token positions of any step, found from the item lengths, then laid out once."""
     cfg, size = run.cfg, run.cfg.batch_size
-    order = ordered_indices(len(run.items), 0, run.total * size, cfg.seed)  # every step's items, in one pass
+    order = item_order(run.items, cfg, 0, run.total * size)  # every step's items, in one pass
     batches = [[run.items[i] for i in order[s * size : (s + 1) * size]][run.share] for s in range(run.total)]
 
     def slots(batch: list[SFTItem]) -> int:
