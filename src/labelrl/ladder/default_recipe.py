@@ -45,9 +45,9 @@ _SCALE = {
     "cpu": {
         "model": "smollm2-135m-instruct",
         "task": {"limit": 320, "eval_limit": 64, "holdout_limit": 256, "n_boot": 1000},
-        "sft": {"max_steps": 40, "batch_size": 8, "eval_every": 40, "eval_limit": 64},
-        # label-balanced prompts: RL's expected reward is then the balanced accuracy the verdict
-        # states (docs/algorithms.md, Prompt sampling)
+        # label-balanced items and prompts: SFT's loss and RL's expected reward then weigh every
+        # label as the verdict's balanced accuracy does (docs/algorithms.md, Prompt sampling)
+        "sft": {"max_steps": 40, "batch_size": 8, "eval_every": 40, "eval_limit": 64, "prompt_sampling": "balanced"},
         "rl": {"steps": 16, "group_size": 4, "prompts_per_step": 4, "max_new_tokens": 12, "checkpoint_every": 8,
                "prompt_sampling": "balanced"},
         # Two tries each, chosen on val: around SFT's LoRA rate and RL's measured default (3e-6).
@@ -56,7 +56,7 @@ _SCALE = {
     "gpu": {
         "model": None,  # a local model directory: --model
         "task": {"n_boot": 2000, "seeds": [0, 1, 2]},
-        "sft": {"epochs": 2, "batch_size": 16, "eval_every": 100, "eval_limit": 500},
+        "sft": {"epochs": 2, "batch_size": 16, "eval_every": 100, "eval_limit": 500, "prompt_sampling": "balanced"},
         "rl": {"steps": 300, "group_size": 8, "prompts_per_step": 16, "max_new_tokens": 16, "checkpoint_every": 25,
                "prompt_sampling": "balanced"},
         "tune": {"sft": {"learning_rate": [3.0e-5, 1.0e-4, 3.0e-4]}, "rl": {"learning_rate": [1.0e-6, 3.0e-6, 1.0e-5]}},
