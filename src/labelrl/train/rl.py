@@ -63,12 +63,11 @@ from labelrl.train.distributed import (
     start_trackers,
 )
 from labelrl.train.setup import (
-    balanced_indices,
     init_run_dir,
     make_optimizer,
-    ordered_indices,
     preflight,
     progress_bar,
+    training_order,
 )
 from labelrl.train.val_scoring import PENDING, pending_end, record_val_point, start_val_path
 
@@ -201,10 +200,8 @@ def sample_groups_for_step(run: RLRun) -> parts.StepBatch:
     dynamic = run.algo.dynamic_sampling
     rounds = cfg.max_sampling_rounds if dynamic else 1
     for round_index in range(rounds):
-        if cfg.prompt_sampling == "balanced":
-            idx = balanced_indices([ex.label for ex in run.data.train], run.cursor, cfg.prompts_per_step, cfg.seed)
-        else:
-            idx = ordered_indices(len(run.train_prompts), run.cursor, cfg.prompts_per_step, cfg.seed)
+        idx = training_order([ex.label for ex in run.data.train], cfg.prompt_sampling, run.cursor, cfg.prompts_per_step,
+                             cfg.seed)
         run.cursor += cfg.prompts_per_step
         positions = list(range(cfg.prompts_per_step))[run.share]
         mine = [idx[p] for p in positions]

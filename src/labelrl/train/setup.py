@@ -163,3 +163,13 @@ def balanced_indices(labels: Sequence[str], start: int, count: int, seed: int) -
         label = order[slot]
         out.append(members[label][streams[label][turn - first]])
     return out
+
+
+
+def training_order(labels: Sequence[str], sampling: str, start: int, count: int, seed: int) -> list[int]:
+    """Positions ``start … start+count−1`` of a run's training stream over items with ``labels``:
+    ``balanced_indices`` for ``--prompt-sampling balanced``, else ``ordered_indices`` (uniform).
+    SFT draws its items and RL its prompts through this one choice."""
+    if sampling == "balanced":
+        return balanced_indices(labels, start, count, seed)
+    return ordered_indices(len(labels), start, count, seed)

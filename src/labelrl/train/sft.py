@@ -52,13 +52,12 @@ from labelrl.train.distributed import (
     start_trackers,
 )
 from labelrl.train.setup import (
-    balanced_indices,
     init_run_dir,
     make_optimizer,
-    ordered_indices,
     peak_memory_mb,
     preflight,
     progress_bar,
+    training_order,
 )
 
 
@@ -252,9 +251,7 @@ def item_order(items: list[SFTItem], cfg: SFTConfig, start: int, count: int) -> 
     """Positions ``start … start+count−1`` of the run's item stream: seeded per-epoch shuffles, or
     with ``--prompt-sampling balanced`` every label in turn (``balanced_indices``), as RL draws its
     prompts, so SFT's expected loss weighs each label's items equally, as balanced accuracy does."""
-    if cfg.prompt_sampling == "balanced":
-        return balanced_indices([it.label for it in items], start, count, cfg.seed)
-    return ordered_indices(len(items), start, count, cfg.seed)
+    return training_order([it.label for it in items], cfg.prompt_sampling, start, count, cfg.seed)
 
 
 def start_sft(cfg: SFTConfig, accelerator) -> SFTRun:
