@@ -61,17 +61,17 @@ def test_every_sft_and_rl_arm_of_a_builtin_recipe_tries_the_same_number_of_value
 def test_the_budget_check_catches_a_recipe_whose_rl_arms_do_not_tune(tmp_path):
     """The check above fails on an arm without a grid: here noise.yaml with RL's grid removed."""
     budgets = tuning_budgets(load_recipe("noise", sets=["defaults.rl.tune=null"]), tmp_path)
-    assert budgets["e10/grpo"] == ("rl", 0) and budgets["e10/sft"] == ("sft", 2)
+    assert budgets["e10/grpo@s0"] == ("rl", 0) and budgets["e10/sft@s0"] == ("sft", 2)
 
 
 def test_the_reasoning_recipe_runs_grpo_in_reasoning_mode_from_a_direct_sft_model(tmp_path):
     """What the recipe is for (its header): a direct SFT model, then GRPO that thinks first at a
     384-token cap with truncated rollouts scored zero; --fast keeps the mode at a 24-token cap."""
     recipe = load_recipe("reasoning")
-    sft, rl = arm_config(recipe, "spam", "sft", tmp_path), arm_config(recipe, "spam", "think_384", tmp_path)
-    assert sft.mode == "direct" and FAMILY[recipe.tasks["spam"].arms["think_384"].type] == "rl"
+    sft, rl = arm_config(recipe, "spam", "sft@s0", tmp_path), arm_config(recipe, "spam", "think_384@s0", tmp_path)
+    assert sft.mode == "direct" and FAMILY[recipe.tasks["spam"].arms["think_384@s0"].type] == "rl"
     assert (rl.mode, rl.preset, rl.max_new_tokens, rl.truncation) == ("reasoning", "grpo", 384, "zero")
-    assert str(tmp_path / "spam" / "sft") in str(rl.model)  # trained from the SFT arm's model
+    assert str(tmp_path / "spam" / "sft@s0") in str(rl.model)  # trained from the SFT arm's model of its seed
     fast = arm_config(load_recipe("reasoning", fast=True), "spam", "think_384", tmp_path)
     assert (fast.mode, fast.max_new_tokens, fast.steps) == ("reasoning", 24, 2)
 
@@ -107,3 +107,21 @@ def test_the_noise_recipe_seeds_its_flips_by_run_so_replicates_train_on_other_wr
     assert items["sft@s0"] == items["sft@s1"] == items["grpo@s0"] == samples
     assert flipped["sft@s0"] != flipped["sft@s1"] and flipped["sft@s0"] == flipped["grpo@s0"]
     assert all(flipped.values())
+
+
+@pytest.mark.parametrize("name", ["noise", "reasoning"])
+def test_the_noise_and_reasoning_recipes_are_measured_as_the_demo_measures_sms_spam(tmp_path, name):
+    """Issue-49 habit for every shipped recipe: each trained arm on 3 seeds, tuned and scored on the
+    whole val and holdout splits, SFT drawing label-balanced items with no in-run evaluation, as
+    the demo's sms-spam task; --fast keeps one seed so its plumbing run stays short."""
+    demo, recipe = load_recipe("demo"), load_recipe(name)
+    spam = demo.tasks["spam"]
+    for task_name, task in recipe.tasks.items():
+        assert task.data == spam.data == "sms-spam"
+        assert (task.seeds, task.eval_limit, task.holdout_limit) == (spam.seeds, None, None), task_name
+        sft = arm_config(recipe, task_name, "sft@s1", tmp_path)
+        demo_sft = arm_config(demo, "spam", "sft@s1", tmp_path)
+        assert (sft.prompt_sampling, sft.eval_every, sft.max_steps) == (demo_sft.prompt_sampling, 0, demo_sft.max_steps) == ("balanced", 0, 40)
+    assert recipe.workers == demo.workers == 2
+    assert {t.seeds[0] for t in load_recipe(name, fast=True).tasks.values()} == {0}
+    assert all(len(t.seeds) == 1 for t in load_recipe(name, fast=True).tasks.values())
