@@ -11,6 +11,9 @@ failed-positive fraction. Every cell is read from the corrected decisions
 * with several seeds, how many agree: ``▼ -0.095 3/3``, ``= (≥0.137) 2/3`` (of the n seeds'
   paired Δ, the k with the sign of their mean; ``labelrl.evaluate.paired.seed_count``);
 * ``collapsed`` / ``not a result`` where the arm's side is named so (``labelrl.ladder.collapse``);
+* an arm with a collapsed run is marked in its row's name whatever its cells read: ``grpo
+  (collapsed 1/3)``. Its intervals average over the seeds, the collapsed one included, so a cell
+  can read ``=`` or ``▲`` beside it; the mark keeps the collapse in sight at a glance;
 * the sweep's position (``on curve``, ``above``, ``below``, ``uninformative``).
 
 The sentence above the grid is built from the same cells: which arms beat SFT + threshold (the
@@ -64,6 +67,20 @@ def cell(c: dict) -> dict:
     return _with_seeds("none", "=" + (f" (≥{mde:.3f})" if mde is not None else ""), m)
 
 
+def collapsed_count(verdict: dict) -> list[int] | None:
+    """[k, n]: k of the arm's n runs flagged collapsed (the verdict's ``collapsed["runs"]``), or None."""
+    flagged = (verdict.get("collapsed") or {}).get("runs") or {}
+    return [len(flagged), max(len(verdict.get("runs") or []), len(flagged))] if flagged else None
+
+
+def row_name(row: dict) -> str:
+    """The arm as its row shows it: ``grpo``, ``grpo (collapsed)`` (its one run), ``grpo (collapsed 1/3)``."""
+    count = row.get("collapsed")
+    if not count:
+        return row["arm"]
+    return f"{row['arm']} (collapsed)" if count[1] == 1 else f"{row['arm']} (collapsed {count[0]}/{count[1]})"
+
+
 def _columns(comparisons: list[dict]) -> list[tuple[str, str, str]]:
     """(header, kind, split) of every column the task's comparisons fill, in the module's order."""
     cols = [("vs SFT", "vs_sft", HOLDOUT), ("vs SFT + threshold", "vs_threshold", HOLDOUT),
@@ -97,7 +114,7 @@ def task_grid(verdicts: list[dict], comparisons: list[dict]) -> dict:
         cells = {h: cell(by[(k, s, arm)]) for h, k, s in cols if (k, s, arm) in by}
         fp = v.get("failed_positive")
         rows.append({"arm": arm, "cells": cells, "sweep": sweep_word(v.get("sweep")),
-                     "failed_positive": fp.split()[2] if fp else None})
+                     "failed_positive": fp.split()[2] if fp else None, "collapsed": collapsed_count(v)})
     has_sweep = any(r["sweep"] != "—" for r in rows)
     has_fp = any(r["failed_positive"] for r in rows)
     columns = [h for h, _, _ in cols] + (["sweep"] if has_sweep else []) + (["failed+"] if has_fp else [])
@@ -135,7 +152,8 @@ def answer(rows: list[dict]) -> str:
         if worse:
             parts.append(f"{_list([n for n, _ in worse])} {'is' if len(worse) == 1 else 'are'} worse than {target} by "
                          f"{_span(worse)} BA")
-    odd = [r["arm"] for r in rows if any(c["word"] in ("collapsed", "not a result") for c in r["cells"].values())]
+    odd = [r["arm"] for r in rows
+           if r.get("collapsed") or any(c["word"] in ("collapsed", "not a result") for c in r["cells"].values())]
     if odd:
         parts.append(f"{_list(odd)}: collapsed or not a result (see its line)")
     text = "; ".join(parts)
