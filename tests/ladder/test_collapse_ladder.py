@@ -138,8 +138,9 @@ def test_the_console_table_and_the_report_show_both(task, tmp_path):
     atomic_write_json(task_dir.parent / "ladder.json", state)
     report = build_report(task_dir.parent, tmp_path / "report").markdown.read_text(encoding="utf-8")
     assert "majority class (ham)" in report and "against the majority class" in report
-    grpo_rows = [line for line in report.splitlines() if line.startswith("| grpo |")]
-    assert grpo_rows[0].startswith("| grpo | collapsed |")  # the verdict grid comes first (labelrl.ladder.grid)
+    grpo_rows = [line for line in report.splitlines() if line.startswith(("| grpo |", "| grpo (collapsed) |"))]
+    # the verdict grid comes first (labelrl.ladder.grid), the collapse in its row's name and its cell
+    assert grpo_rows[0].startswith("| grpo (collapsed) | collapsed |")
     assert any("collapsed to ham at step 5" in row for row in grpo_rows[1:])
     vs_sft_row = next(line for line in report.splitlines() if line.startswith("| grpo vs sft |"))
     assert "the collapse, not the method" in vs_sft_row and "worse" not in vs_sft_row
