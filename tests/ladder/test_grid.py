@@ -99,17 +99,23 @@ def test_the_console_grid_explains_the_seed_count():
 def test_an_arm_with_a_collapsed_run_is_marked_in_its_row_whatever_its_cells_read():
     """One of three seeds collapsed to "spam" while the arm's seed-averaged Δ reads "=": the cell
     alone would hide the collapse, so the row's name carries it and the sentence names the arm;
-    with one run the mark has no count, and an arm with no collapsed run keeps its plain name."""
-    comparisons = [comparison("vs_sft", "grpo", -0.062, 0.065), comparison("vs_sft", "corpo", 0.01, 0.065),
-                   comparison("vs_sft", "dapo", -0.01, 0.065)]
-    flag = {"label": "spam", "step": 24}
+    with one run the mark has no count, a collapse the parent already had says so, and an arm with
+    no collapsed run keeps its plain name."""
+    comparisons = [comparison("vs_sft", arm, delta, 0.065)
+                   for arm, delta in (("grpo", -0.062), ("corpo", 0.01), ("dapo", -0.01), ("rloo", 0.0), ("dr_grpo", 0.0))]
+    flag, inherited = {"label": "spam", "step": 24}, {"label": "ham", "inherited": True}
     verdicts = [{"arm": "grpo", "runs": ["grpo@s0", "grpo@s1", "grpo@s2"],
                  "collapsed": {"text": "collapsed in 1 of 3 seeds (grpo@s1 to spam at step 24)", "runs": {"grpo@s1": flag}}},
                 {"arm": "corpo", "runs": ["corpo@s0", "corpo@s1", "corpo@s2"], "collapsed": None},
-                {"arm": "dapo", "runs": ["dapo"], "collapsed": {"text": "collapsed to spam at step 24", "runs": {"dapo": flag}}}]
+                {"arm": "dapo", "runs": ["dapo"], "collapsed": {"text": "collapsed to spam at step 24", "runs": {"dapo": flag}}},
+                {"arm": "rloo", "runs": ["rloo"], "collapsed": {"text": "collapsed to ham (inherited from sft)",
+                                                                "runs": {"rloo": inherited}}},
+                {"arm": "dr_grpo", "runs": ["dr_grpo@s0", "dr_grpo@s1", "dr_grpo@s2"],
+                 "collapsed": {"text": "collapsed in 2 of 3 seeds (…)", "runs": {"dr_grpo@s0": inherited, "dr_grpo@s2": flag}}}]
     grid = task_grid(verdicts, comparisons)
-    _, grpo, corpo, dapo = grid_lines(grid)
+    _, grpo, corpo, dapo, rloo, dr_grpo = grid_lines(grid)
     assert grpo[:2] == ["grpo (collapsed 1/3)", "= (≥0.182)"]  # (1.960 + 0.842)·0.065 = 0.182
-    assert corpo[0] == "corpo" and dapo[0] == "dapo (collapsed)"
-    assert grid["rows"][0]["collapsed"] == [1, 3] and grid["rows"][1]["collapsed"] is None
-    assert grid["sentence"].endswith("grpo and dapo: collapsed or not a result (see its line).")
+    assert corpo[0] == "corpo" and dapo[0] == "dapo (collapsed)" and rloo[0] == "rloo (collapsed, inherited)"
+    assert dr_grpo[0] == "dr_grpo (collapsed 2/3, 1 inherited)"
+    assert grid["rows"][0]["collapsed"] == {"k": 1, "n": 3, "inherited": 0} and grid["rows"][1]["collapsed"] is None
+    assert grid["sentence"].endswith("grpo, dapo, rloo and dr_grpo: collapsed or not a result (see its line).")

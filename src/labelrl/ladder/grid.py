@@ -12,8 +12,9 @@ failed-positive fraction. Every cell is read from the corrected decisions
   paired Δ, the k with the sign of their mean; ``labelrl.evaluate.paired.seed_count``);
 * ``collapsed`` / ``not a result`` where the arm's side is named so (``labelrl.ladder.collapse``);
 * an arm with a collapsed run is marked in its row's name whatever its cells read: ``grpo
-  (collapsed 1/3)``. Its intervals average over the seeds, the collapsed one included, so a cell
-  can read ``=`` or ``▲`` beside it; the mark keeps the collapse in sight at a glance;
+  (collapsed 1/3)``, or ``grpo (collapsed, inherited)`` when its parent had already collapsed to
+  that answer. Its intervals average over the seeds, the collapsed one included, so a cell can
+  read ``=`` or ``▲`` beside it; the mark keeps the collapse in sight at a glance;
 * the sweep's position (``on curve``, ``above``, ``below``, ``uninformative``).
 
 The sentence above the grid is built from the same cells: which arms beat SFT + threshold (the
@@ -67,18 +68,27 @@ def cell(c: dict) -> dict:
     return _with_seeds("none", "=" + (f" (≥{mde:.3f})" if mde is not None else ""), m)
 
 
-def collapsed_count(verdict: dict) -> list[int] | None:
-    """[k, n]: k of the arm's n runs flagged collapsed (the verdict's ``collapsed["runs"]``), or None."""
+def collapsed_count(verdict: dict) -> dict | None:
+    """``{"k", "n", "inherited"}``: k of the arm's n runs flagged collapsed, ``inherited`` of them
+    because their parent already was (the verdict's ``collapsed["runs"]`` flags), or None."""
     flagged = (verdict.get("collapsed") or {}).get("runs") or {}
-    return [len(flagged), max(len(verdict.get("runs") or []), len(flagged))] if flagged else None
+    if not flagged:
+        return None
+    return {"k": len(flagged), "n": max(len(verdict.get("runs") or []), len(flagged)),
+            "inherited": sum(bool((f or {}).get("inherited")) for f in flagged.values())}
 
 
 def row_name(row: dict) -> str:
-    """The arm as its row shows it: ``grpo``, ``grpo (collapsed)`` (its one run), ``grpo (collapsed 1/3)``."""
-    count = row.get("collapsed")
-    if not count:
+    """The arm as its row shows it: ``grpo``; ``grpo (collapsed)`` (its one run); ``grpo (collapsed
+    1/3)``; a collapse the parent already had: ``grpo (collapsed, inherited)``, ``grpo (collapsed
+    2/3, 1 inherited)``."""
+    c = row.get("collapsed")
+    if not c:
         return row["arm"]
-    return f"{row['arm']} (collapsed)" if count[1] == 1 else f"{row['arm']} (collapsed {count[0]}/{count[1]})"
+    text = "collapsed" if c["n"] == 1 else f"collapsed {c['k']}/{c['n']}"
+    if c["inherited"]:
+        text += ", inherited" if c["inherited"] == c["k"] else f", {c['inherited']} inherited"
+    return f"{row['arm']} ({text})"
 
 
 def _columns(comparisons: list[dict]) -> list[tuple[str, str, str]]:
