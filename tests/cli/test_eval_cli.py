@@ -83,7 +83,8 @@ def test_scores_then_generations_are_one_look_listed_as_one_row(app, run_dir, tm
     assert runner.invoke(app, base).exit_code == 0
     second = runner.invoke(app, [*base, "--method", "generate", "--max-new-tokens", "4"])
     assert second.exit_code == 0, second.output
-    assert "second reading of this model's holdout look" in second.stdout and "REPEAT" not in second.stdout
+    flat = " ".join(second.stdout.split())  # the console wraps at its width, wherever the tmp path ends
+    assert "second reading of this model's holdout look" in flat and "REPEAT" not in flat
     again = runner.invoke(app, [*base, "--method", "generate", "--max-new-tokens", "4"])
     assert again.exit_code == 2 and "read by generate" in again.output  # each reading once
     listing = runner.invoke(app, ["ledger", str(run), "--json", str(tmp_path / "ledger.json")])
@@ -91,6 +92,25 @@ def test_scores_then_generations_are_one_look_listed_as_one_row(app, run_dir, tm
     assert "1 holdout looks" in listing.stdout and "scores + generate" in listing.stdout
     listed = json.loads((tmp_path / "ledger.json").read_text())
     assert len(listed["records"]) == 2 and [sorted(r["readings"]) for r in listed["rows"]] == [["generate", "scores"]]
+
+def test_an_out_file_that_cannot_be_written_is_refused_before_the_holdout_is_looked_at(app, run_dir, tmp_path):
+    """--out without .parquet or .csv: refused as the options are read, so no scoring runs and the
+    ledger records no look whose predictions file would never exist; with a suffix the same model's
+    holdout evaluation is then its first look, not a repeat."""
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(run_dir, run, ignore=shutil.ignore_patterns("ledger.jsonl", "eval"))
+    bad = runner.invoke(app, ["eval", str(run), "--split", "holdout", "--n-boot", "0", "--out", str(tmp_path / "preds")])
+    assert bad.exit_code != 0
+    flat = " ".join(bad.output.split())
+    assert "predictions are written as .parquet or .csv" in flat and "preds.parquet" in flat
+    assert not (run / "ledger.jsonl").exists() and not (tmp_path / "preds").exists()
+    good = runner.invoke(app, ["eval", str(run), "--split", "holdout", "--n-boot", "0", "--out", str(tmp_path / "preds.parquet"),
+                               "--json", str(tmp_path / "report.json")])
+    assert good.exit_code == 0, good.output
+    assert json.loads((tmp_path / "report.json").read_text())["ledger"]["repeat"] is False
+
 
 def test_eval_subprocess_smoke(run_dir, tmp_path):
     out = tmp_path / "val.parquet"

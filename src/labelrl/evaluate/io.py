@@ -108,19 +108,30 @@ def predictions_table(
     return pa.table(columns)
 
 
+PREDICTION_SUFFIXES = (".parquet", ".pq", ".csv")  # what write_predictions writes
+
+
+def check_predictions_path(path: str | Path) -> Path:
+    """``path`` when ``write_predictions`` can write it (by suffix), else a ValueError that names it:
+    checked before an evaluation runs, so a bad --out costs no scoring and no holdout look."""
+    path = Path(path)
+    if path.suffix.lower() not in PREDICTION_SUFFIXES:
+        raise ValueError(f"{path}: predictions are written as .parquet or .csv; change the file extension "
+                         f"(e.g. {path.with_name(path.name + '.parquet')})")
+    return path
+
+
 def write_predictions(pred: Predictions, path: str | Path) -> Path:
     """Write Parquet (label space and provenance in the metadata) or CSV (by suffix), atomically."""
-    path = Path(path)
+    path = check_predictions_path(path)
     sink = pa.BufferOutputStream()
     if path.suffix.lower() == ".csv":
         pacsv.write_csv(pred.table, sink)
-    elif path.suffix.lower() in (".parquet", ".pq"):
+    else:
         meta = {"labels": list(pred.labels.labels), "kind": pred.labels.kind,
                 "positive": pred.labels.positive, "info": pred.info}
         table = pred.table.replace_schema_metadata({META_KEY: json.dumps(meta, default=str).encode()})
         pq.write_table(table, sink)
-    else:
-        raise ValueError(f"{path}: predictions are written as .parquet or .csv; change the file extension")
     atomic_write_bytes(path, sink.getvalue().to_pybytes())
     return path
 

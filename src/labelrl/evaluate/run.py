@@ -52,6 +52,13 @@ class EvalConfig(BaseModel):
 
     _check_encoding = field_validator("encoding")(valid_encoding)
 
+    @field_validator("out")
+    @classmethod
+    def _out_is_a_predictions_file(cls, out: Optional[Path]) -> Optional[Path]:
+        from labelrl.evaluate.io import check_predictions_path
+
+        return None if out is None else check_predictions_path(out)
+
     @model_validator(mode="after")
     def _data_flags_need_data(self) -> "EvalConfig":
         given = [f"--{n.replace('_', '-')}" for n in ("text_col", "labels", "kind", "mode", "rubric") if getattr(self, n)]
