@@ -165,7 +165,6 @@ def balanced_indices(labels: Sequence[str], start: int, count: int, seed: int) -
     return out
 
 
-
 def training_order(labels: Sequence[str], sampling: str, start: int, count: int, seed: int) -> list[int]:
     """Positions ``start … start+count−1`` of a run's training stream over items with ``labels``:
     ``balanced_indices`` for ``--prompt-sampling balanced``, else ``ordered_indices`` (uniform).
