@@ -126,7 +126,7 @@ def test_traces_drive_cot_sft_and_the_matched_control(app, data, tmp_path):
     assert json.loads((tmp_path / "direct_surv" / "sft_summary.json").read_text())["train_items"] == len(survivors)
     # RL from the CoT-SFT model in reasoning mode, with think-closure and truncation logged
     run_rl(RLConfig(model=str(tmp_path / "cot"), data=str(data), mode="reasoning", out=tmp_path / "rl", steps=1,
-                    group_size=2, prompts_per_step=1, max_new_tokens=8, quiet=True))
+                    group_size=2, prompts_per_step=1, max_new_tokens=9, quiet=True))
     (record,) = read_jsonl(tmp_path / "rl" / "metrics.jsonl")
     assert 0.0 <= record["rollout/think_closed_frac"] <= 1.0 and 0.0 <= record["rollout/truncated_frac"] <= 1.0
     bad = tmp_path / "none.jsonl"

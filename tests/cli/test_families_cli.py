@@ -51,7 +51,7 @@ def test_family_sft_then_bf16_rl_then_export(name, toy_data, tmp_path):
     assert adapter["base_model_name_or_path"] == name
 
     rl = _labelrl("rl", "--model", "sft", "--data", str(toy_data), "--out", "rl", "--steps", "1", "--group-size", "4",
-                  "--prompts-per-step", "2", "--max-new-tokens", "6", "--random-reward", "--precision", "bf16",
+                  "--prompts-per-step", "2", "--max-new-tokens", "9", "--random-reward", "--precision", "bf16",
                   "--seed", "0", "--quiet", cwd=tmp_path)
     assert rl.returncode == 0, rl.stderr[-3000:]
     [metrics] = read_jsonl(tmp_path / "rl" / "metrics.jsonl")

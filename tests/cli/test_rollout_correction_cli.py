@@ -22,7 +22,7 @@ def _labelrl(*args, cwd):
 def test_the_correction_options_reach_the_config_and_the_metrics(toy_data, tmp_path):
     rl = _labelrl("rl", "--model", "tiny-random", "--data", str(toy_data), "--out", "rl", "--rollout-correction",
                   "sequence_mask", "--rollout-correction-max", "2.5", "--no-skip-uninformative", "--group-size", "2",
-                  "--prompts-per-step", "2", "--max-new-tokens", "4", "--steps", "1", "--no-val-path", "--quiet",
+                  "--prompts-per-step", "2", "--max-new-tokens", "9", "--steps", "1", "--no-val-path", "--quiet",
                   cwd=tmp_path)
     assert rl.returncode == 0, rl.stderr
     saved = yaml.safe_load((tmp_path / "rl" / "rl_config.yaml").read_text())

@@ -25,7 +25,7 @@ def test_sft_then_rl_from_a_yaml_config(toy_data, tmp_path):
     assert "sft done" in sft.stdout and (tmp_path / "sft" / "model" / "adapter_config.json").is_file()
 
     config = {"model": "sft", "data": str(toy_data), "preset": "corpo", "threshold": 0.5, "group_size": 2,
-              "prompts_per_step": 2, "max_new_tokens": 6, "steps": 3}
+              "prompts_per_step": 2, "max_new_tokens": 9, "steps": 3}
     (tmp_path / "rl.yaml").write_text(yaml.safe_dump(config))
     rl = _labelrl("rl", "--config", "rl.yaml", "--steps", "2", "--out", "rl", "--quiet", cwd=tmp_path)
     assert rl.returncode == 0, rl.stderr
@@ -60,7 +60,7 @@ def test_gspo_with_batch_scale_runs_and_its_config_names_both(toy_data, tmp_path
     # the saved config records the scale in force, and CoRPO refuses a std division in one line
     rl = _labelrl("rl", "--model", "tiny-random", "--data", str(toy_data), "--out", "rl", "--preset", "gspo",
                   "--scale", "batch", "--ppo-epochs", "2", "--group-size", "2", "--prompts-per-step", "2",
-                  "--max-new-tokens", "4", "--steps", "1", "--no-val-path", "--quiet", cwd=tmp_path)
+                  "--max-new-tokens", "9", "--steps", "1", "--no-val-path", "--quiet", cwd=tmp_path)
     assert rl.returncode == 0, rl.stderr
     saved = yaml.safe_load((tmp_path / "rl" / "rl_config.yaml").read_text())
     assert (saved["preset"], saved["scale"], saved["ppo_epochs"]) == ("gspo", "batch", 2)

@@ -7,7 +7,9 @@ import pytest
 from labelrl.data.prompts import (
     ANSWER_PREFIX,
     answer_target,
+    check_answer_fits,
     check_labels_expressible,
+    longest_answer,
     render_messages,
     render_prompt,
 )
@@ -113,3 +115,23 @@ def test_answer_target_reasoning_validates_the_trace():
             answer_target("spam", "reasoning", trace=bad)
     with pytest.raises(ValueError, match="trace answers 'ham' but the label is 'spam'"):
         answer_target("spam", "reasoning", trace="<think>x</think><answer>ham</answer>")
+
+
+class CharTokenizer:
+    """One token per character: an answer tag's token count is its length."""
+
+    def __call__(self, text, add_special_tokens=True):
+        return {"input_ids": [ord(ch) for ch in text]}
+
+
+def test_the_longest_answer_is_counted_in_the_models_tokens_and_must_fit_with_its_end_token():
+    tags = {label: f"<answer>{label}</answer>" for label in ("no", "maybe so", "yes")}
+    assert longest_answer(CharTokenizer(), ["no", "maybe so", "yes"]) == (len(tags["maybe so"]), tags["maybe so"])
+    assert longest_answer(CharTokenizer(), BINARY) == (len("<answer>spam</answer>"), "<answer>spam</answer>")
+    need = len(tags["maybe so"]) + 1  # the tag, then the end-of-text token, within the cap
+    check_answer_fits(CharTokenizer(), ["no", "maybe so", "yes"], need)
+    with pytest.raises(ValueError) as info:
+        check_answer_fits(CharTokenizer(), ["no", "maybe so", "yes"], need - 1)
+    message = str(info.value)  # the value, the tag that does not fit, and the fix
+    assert f"--max-new-tokens {need - 1}" in message and tags["maybe so"] in message
+    assert f"at least {need}" in message and "truncated" in message

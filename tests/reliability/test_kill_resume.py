@@ -143,7 +143,7 @@ RL_STEPS = 12
 def rl_argv(model: Path, data: Path, out: Path, seed: int, *extra: str) -> list[str]:
     return labelrl_argv(
         "rl", "--model", str(model), "--data", str(data), "--out", str(out), "--no-lora", "--group-size", "4",
-        "--prompts-per-step", "2", "--max-new-tokens", "8", "--steps", str(RL_STEPS), "--learning-rate", "1e-3",
+        "--prompts-per-step", "2", "--max-new-tokens", "9", "--steps", str(RL_STEPS), "--learning-rate", "1e-3",
         "--checkpoint-every", "1", "--seed", str(seed), "--quiet", *extra,
     )
 
@@ -345,7 +345,7 @@ class SimulatedKill(BaseException):
     """Raised where a SIGKILL would land: nothing after it runs (no checkpoint, no summary)."""
 
 
-SMALL_RL = dict(prompts_per_step=1, group_size=2, max_new_tokens=4, checkpoint_every=1)
+SMALL_RL = dict(prompts_per_step=1, group_size=2, max_new_tokens=9, checkpoint_every=1)
 
 
 def test_rl_killed_before_its_first_checkpoint_can_be_resumed(warm_model, toy_data, rl_config, tmp_path, monkeypatch,

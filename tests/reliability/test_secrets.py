@@ -81,7 +81,7 @@ def produced(tmp_path_factory):
     run = out / "rl_run"
     console.append(invoke(runner, ["rl", "--model", "tiny-random", "--data", str(data), "--out", str(run),
                                    "--steps", "2", "--group-size", "2", "--prompts-per-step", "2",
-                                   "--max-new-tokens", "4", "--checkpoint-every", "1", "--quiet",
+                                   "--max-new-tokens", "9", "--checkpoint-every", "1", "--quiet",
                                    "--report-to", "tensorboard"]))
     console.append(invoke(runner, ["eval", str(run), "--split", "val", "--limit", "4", "--n-boot", "0",
                                    "--json", str(out / "eval.json")]))

@@ -224,7 +224,7 @@ def test_the_reducer_is_released_before_the_process_group_is_destroyed(tmp_path)
 
 
 def _rl_config(data: Path, **overrides) -> dict:
-    base = dict(model="tiny-random", data=str(data), lora=False, group_size=2, prompts_per_step=2, max_new_tokens=6,
+    base = dict(model="tiny-random", data=str(data), lora=False, group_size=2, prompts_per_step=2, max_new_tokens=9,
                 steps=4, learning_rate=1e-3, random_reward=True, checkpoint_every=1, quiet=True, precision="fp32")
     base.update(overrides)
     return base

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 import sys
 from pathlib import Path
 
@@ -56,6 +57,24 @@ def test_a_second_run_into_the_same_directory_is_refused(warm_model, toy_data, r
     rl.run_rl(rl_config(warm_model, toy_data, tmp_path / "run", steps=1, prompts_per_step=1, group_size=2))
     with pytest.raises(ValueError, match="already holds an RL run; pass --resume"):
         rl.run_rl(rl_config(warm_model, toy_data, tmp_path / "run", steps=1, prompts_per_step=1, group_size=2))
+
+
+def test_a_token_cap_that_cannot_hold_an_answer_and_its_end_token_is_refused_before_training(
+        warm_model, toy_data, rl_config, tmp_path):
+    # A completion giving the longest answer would hit the cap, count as truncated and earn the
+    # failure reward on every step: RL would learn never to give that label.
+    from labelrl.data.load import load_dataset
+    from labelrl.data.prompts import longest_answer
+    from labelrl.models.load import load_tokenizer
+
+    tokens, tag = longest_answer(load_tokenizer(warm_model / "model"), load_dataset(str(toy_data)).labels)
+    with pytest.raises(ValueError, match=rf"--max-new-tokens {tokens}: the answer {re.escape(tag)} takes {tokens} "
+                                         rf"tokens.*at least {tokens + 1}"):
+        rl.run_rl(rl_config(warm_model, toy_data, tmp_path / "short", max_new_tokens=tokens, steps=1))
+    assert not (tmp_path / "short" / "metrics.jsonl").exists()
+    done = rl.run_rl(rl_config(warm_model, toy_data, tmp_path / "fits", max_new_tokens=tokens + 1, steps=1,
+                               prompts_per_step=1, group_size=2))
+    assert done["steps_done"] == 1
 
 
 def test_resume_without_a_checkpoint_says_how_to_start(warm_model, toy_data, rl_config, tmp_path):

@@ -23,7 +23,7 @@ BINARY_FIELDS = {"step", "n", "seconds", "accuracy", "balanced_accuracy", "recal
                  "fpr", "tpr", "roc_auc"}
 # tiny-random from scratch answers nothing parseable, so every group would be uniform and skipped; random
 # rewards make the policy move. fp32: the scores are compared bit for bit with `labelrl eval`'s.
-OPTIONS = dict(prompts_per_step=4, group_size=4, max_new_tokens=6, eval_limit=24, precision="fp32", random_reward=True)
+OPTIONS = dict(prompts_per_step=4, group_size=4, max_new_tokens=9, eval_limit=24, precision="fp32", random_reward=True)
 
 
 @pytest.fixture(scope="module")

@@ -136,3 +136,25 @@ def answer_target(label: str, mode: str, trace: str | None = None) -> str:
             "the wrong label; keep only traces whose answer matches (labelrl distill rejects them)"
         )
     return trace.strip()
+
+
+def longest_answer(tokenizer, labels: LabelSpace | Sequence[str]) -> tuple[int, str]:
+    """The longest ``<answer>LABEL</answer>`` in ``tokenizer``'s tokens: (its token count, the tag).
+    A completion needs this many tokens, and one more for the end-of-text token that ends it
+    within the cap rather than at it."""
+    names = labels.labels if isinstance(labels, LabelSpace) else tuple(labels)
+    tags = [f"{ANSWER_PREFIX}{x}{ANSWER_SUFFIX}" for x in names]
+    return max((len(tokenizer(tag, add_special_tokens=False)["input_ids"]), tag) for tag in tags)
+
+
+def check_answer_fits(tokenizer, labels: LabelSpace | Sequence[str], max_new_tokens: int) -> None:
+    """ValueError when ``max_new_tokens`` cannot hold the longest answer tag and the end-of-text
+    token after it: every completion giving that label would hit the cap, count as truncated and
+    (``--truncation zero``) earn the failure reward, so RL would learn never to give it."""
+    tokens, tag = longest_answer(tokenizer, labels)
+    if max_new_tokens < tokens + 1:
+        raise ValueError(
+            f"--max-new-tokens {max_new_tokens}: the answer {tag} takes {tokens} tokens and the end-of-text token one "
+            f"more, so every completion giving it would be cut off and count as truncated (a failure under "
+            f"--truncation zero); raise --max-new-tokens to at least {tokens + 1}, or use shorter label names"
+        )

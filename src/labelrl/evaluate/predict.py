@@ -23,7 +23,7 @@ from pathlib import Path
 from labelrl.data.options import DataOptions
 from labelrl.data.prompts import (
     ANSWER_PREFIX,
-    ANSWER_SUFFIX,
+    longest_answer,
     render_messages,
     render_prompt,
 )
@@ -140,8 +140,7 @@ def default_max_new_tokens(tokenizer, labels: LabelSpace, mode: str) -> int:
     """Direct: the longest ``<answer>LABEL</answer>`` in tokens plus 8 spare; reasoning: 256."""
     if mode == "reasoning":
         return REASONING_MAX_NEW_TOKENS
-    longest = max(len(tokenizer(f"{ANSWER_PREFIX}{x}{ANSWER_SUFFIX}", add_special_tokens=False)["input_ids"]) for x in labels.labels)
-    return longest + 8
+    return longest_answer(tokenizer, labels)[0] + 8
 
 
 def generation_cap(setup: EvalSetup, max_new_tokens: int | None) -> int:

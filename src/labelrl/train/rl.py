@@ -152,9 +152,12 @@ def fit_train_prompts(cfg: RLConfig, run_dir: Path, data, tokenizer, model, main
     model's context with ``max_new_tokens`` to spare: ``--on-long-item`` cuts, leaves out or
     refuses the others (``labelrl.data.length``), said before training and saved in
     ``RUN_DIR/long_items_rl.json``. ``data.train`` becomes the items as prompted (cut texts
-    included), so the rollout log shows what the model saw."""
+    included), so the rollout log shows what the model saw. First, ``max_new_tokens`` must hold
+    the longest answer tag and the end-of-text token (``labelrl.data.prompts.check_answer_fits``)."""
     from labelrl.data.length import announce, fit_prompts
+    from labelrl.data.prompts import check_answer_fits
 
+    check_answer_fits(tokenizer, data.dataset.labels, cfg.max_new_tokens)
     context = getattr(getattr(model, "config", None), "max_position_embeddings", None)
     if context and cfg.max_new_tokens >= context:
         raise ValueError(f"--max-new-tokens {cfg.max_new_tokens} leaves no room for a prompt in the model's context of "
