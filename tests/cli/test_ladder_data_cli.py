@@ -74,3 +74,24 @@ def test_an_ordinal_jsonl_gets_corpo_at_the_credit_of_one_grade_off(tmp_path):
 def test_a_recipe_and_data_together_are_refused(tmp_path):
     done = labelrl("ladder", "demo", "--data", "x.csv", cwd=tmp_path)
     assert done.returncode == 2 and "not both" in done.stderr
+
+
+def test_long_label_names_raise_rls_token_cap_to_hold_the_longest_answer(tmp_path):
+    # The smoke budget's 12 tokens cannot hold <answer>clearly negative in its tone of voice</answer>, nor its
+    # end-of-text token: with that cap every such completion would count as truncated.
+    from labelrl.cli.ladder import data_recipe
+    from labelrl.data.prompts import check_answer_fits, longest_answer
+    from labelrl.ladder.default_recipe import answer_cap
+    from labelrl.models.load import load_tokenizer
+
+    labels = ["clearly positive in its tone of voice", "neutral", "clearly negative in its tone of voice"]
+    with open(tmp_path / "tones.csv", "w", newline="", encoding="utf-8") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["text", "tone"])
+        writer.writerows([f"message {i}", labels[i % 3]] for i in range(60))
+    recipe = data_recipe(str(tmp_path / "tones.csv"), budget="smoke", model=None, text_col=["text"], label_col="tone",
+                         labels=None, kind=None, rubric=None, on_bad_row="error", delimiter=None, sets=[])
+    tokens, _ = longest_answer(load_tokenizer("tiny-random"), labels)
+    cap = recipe.defaults["rl"]["max_new_tokens"]
+    assert tokens + 1 > 12 and cap == answer_cap(tokens)
+    check_answer_fits(load_tokenizer("tiny-random"), labels, cap)

@@ -224,13 +224,17 @@ def data_recipe(data: str, *, budget: str, model: str | None, text_col: list[str
                 sets: list[str], encoding: str = "utf-8"):
     """The default recipe for ``--data`` (labelrl.ladder.default_recipe), validated with ``--set``."""
     from labelrl.data.load import load_dataset
-    from labelrl.ladder.default_recipe import default_recipe
+    from labelrl.data.prompts import longest_answer
+    from labelrl.ladder.default_recipe import budget_model, default_recipe
     from labelrl.ladder.recipe import recipe_from_dict
+    from labelrl.models.load import load_tokenizer
 
     dataset = load_dataset(data, text_cols=text_col or None, label_col=label_col, labels=labels, kind=kind,
                            on_bad_row=on_bad_row, delimiter=delimiter, encoding=encoding)
+    spec = budget_model(budget, model)  # RL's token cap must hold the longest answer in this model's tokens
+    answer = longest_answer(load_tokenizer(spec), dataset.labels)[0] if spec else None
     raw = default_recipe(data, kind=dataset.labels.kind, labels=list(dataset.labels.labels), budget=budget, model=model,
-                         text_col=text_col or None, label_col=label_col, label_list=labels, rubric=rubric,
+                         answer_tokens=answer, text_col=text_col or None, label_col=label_col, label_list=labels, rubric=rubric,
                          data_options={"on_bad_row": on_bad_row if on_bad_row != "error" else None, "delimiter": delimiter,
                                        "encoding": encoding if encoding != "utf-8" else None})
     return recipe_from_dict(raw, f"--data {data}", Path.cwd(), sets=sets)
@@ -245,7 +249,7 @@ def register(app: typer.Typer) -> None:
         set_: list[str] = typer.Option([], "--set", help=SET_HELP),
         report: bool = typer.Option(True, "--report/--no-report", help="Build RUN_DIR/report/report.html and report.md at the end."),
         data: Optional[str] = typer.Option(None, "--data", help="Your own data (JSONL, CSV, Parquet) or a built-in dataset: builds the default recipe for its label kind (SFT, GRPO, Dr. GRPO, CoRPO for ordinal labels, SFT + threshold), writes it to RUN_DIR/recipe.yaml, runs it and prints the verdict.", show_default=False),
-        budget: str = typer.Option("smoke", "--budget", help="With --data: smoke (tiny-random, minutes: the plumbing), cpu (SmolLM2 with LoRA: a real run on a CPU), gpu (--model, full epochs, 3 seeds).", metavar="smoke|cpu|gpu"),
+        budget: str = typer.Option("smoke", "--budget", help="With --data: smoke (tiny-random, minutes: the plumbing), cpu (SmolLM2 with LoRA, 3 seeds, 512-item val and holdout samples: a real run on a CPU, measured as the demo is), gpu (--model, full epochs, 3 seeds).", metavar="smoke|cpu|gpu"),
         model: Optional[str] = typer.Option(None, "--model", help="With --data: the model to fine-tune (default: the budget's).", show_default=False),
         text_col: Optional[list[str]] = typer.Option(None, "--text-col", help="With --data: text column(s) of the prompt (repeatable).", show_default=False),
         label_col: Optional[str] = typer.Option(None, "--label-col", help="With --data: the label column.", show_default=False),

@@ -18,8 +18,10 @@ need not suit RL), so no family gets more tries at val than another. ``cpu`` giv
 learning rates, ``gpu`` three; ``smoke`` none (the plumbing, not an answer).
 
 ``--budget`` sets the scale: ``smoke`` (tiny-random unless ``--model``, a few steps: the plumbing
-on any file in minutes), ``cpu`` (SmolLM2-135M with LoRA, the demo's scale: a real run on a
-2-core CPU), ``gpu`` (a local model you name, full epochs, G = 8, three seeds). The recipe is
+on any file in minutes), ``cpu`` (SmolLM2-135M with LoRA, measured as the demo is: three seeds,
+512-item val and holdout samples; a real run on a 2-core CPU), ``gpu`` (a local model you name,
+full epochs, G = 8, three seeds). RL's token cap holds the longest answer tag in the model's
+tokens (``answer_tokens``), its end-of-text token and a few spare. The recipe is
 written into the run directory as ``recipe.yaml``, to edit and run again with
 ``labelrl ladder RUN_DIR/recipe.yaml --out RUN_DIR``.
 """
@@ -32,6 +34,7 @@ import re
 from pathlib import Path
 
 BUDGETS = ("smoke", "cpu", "gpu")
+ANSWER_SPARE = 3  # tokens past the longest answer and its end-of-text token
 
 _SCALE = {
     "smoke": {
@@ -43,15 +46,26 @@ _SCALE = {
         "tune": None,  # {"sft": {"learning_rate": [...]}, "rl": {"learning_rate": [...]}}: equal-sized grids
     },
     "cpu": {
+        # Measured as the demo measures (recipes/demo.yaml): every trained arm on three seeds (tuned
+        # on the first, the winner replicated), val and holdout samples of 512 items (a split's whole
+        # when smaller: a verdict on 64 or 256 items flips on a rerun), label-token scores only, no
+        # in-run SFT evaluation (the ladder scores each model on the whole val sample right after),
+        # two runs side by side with one thread each (docs/performance.md, "Runs side by side").
         "model": "smollm2-135m-instruct",
-        "task": {"limit": 320, "eval_limit": 64, "holdout_limit": 256, "n_boot": 1000},
+        "workers": 2,
+        "task": {"limit": 320, "seeds": [0, 1, 2], "eval_limit": 512, "holdout_limit": 512, "n_boot": 2000,
+                 "generate_eval": False},
         # label-balanced items and prompts: SFT's loss and RL's expected reward then weigh every
         # label as the verdict's balanced accuracy does (docs/algorithms.md, Prompt sampling)
-        "sft": {"max_steps": 40, "batch_size": 8, "eval_every": 40, "eval_limit": 64, "prompt_sampling": "balanced"},
-        "rl": {"steps": 16, "group_size": 4, "prompts_per_step": 4, "max_new_tokens": 12, "checkpoint_every": 8,
-               "prompt_sampling": "balanced"},
+        "sft": {"max_steps": 40, "batch_size": 8, "eval_every": 0, "prompt_sampling": "balanced"},
+        # the RL path on val keeps 128 of the val items (step 12 scored; steps 0 and 24 read)
+        "rl": {"steps": 24, "group_size": 4, "prompts_per_step": 4, "max_new_tokens": 12, "checkpoint_every": 12,
+               "eval_limit": 128, "prompt_sampling": "balanced"},
         # Two tries each, chosen on val: around SFT's LoRA rate and RL's measured default (3e-6).
+        # More than two labels need a faster start in the same 40 steps: the demo's 5-grade SFT
+        # reached val BA 0.256 at 3e-4 and 0.371 at 1e-3, its binary one 0.879 at 1e-4.
         "tune": {"sft": {"learning_rate": [1.0e-4, 3.0e-4]}, "rl": {"learning_rate": [3.0e-6, 1.0e-5]}},
+        "tune_many_labels": {"sft": {"learning_rate": [3.0e-4, 1.0e-3]}, "rl": {"learning_rate": [3.0e-6, 1.0e-5]}},
     },
     "gpu": {
         "model": None,  # a local model directory: --model
@@ -67,14 +81,18 @@ _SCALE = {
 def default_recipe(data: str | Path, *, kind: str, labels: list[str], budget: str = "smoke", model: str | None = None,
                    text_col: list[str] | None = None, label_col: str | None = None, label_list: str | None = None,
                    rubric: Path | None = None, name: str | None = None, data_options: dict | None = None,
-                   tune: dict | None = None) -> dict:
+                   tune: dict | None = None, answer_tokens: int | None = None) -> dict:
     """The recipe (a plain dict, as YAML would give) for a dataset of ``kind`` with ``labels``;
     ``data_options`` (e.g. ``on_bad_row``, ``delimiter``) go to the task as they are; ``tune``
-    (``{"sft": GRID, "rl": GRID}``, default: the budget's) the matched grids of the module docstring."""
-    if budget not in BUDGETS:
-        raise ValueError(f"--budget {budget!r}: choose one of {', '.join(BUDGETS)}")
+    (``{"sft": GRID, "rl": GRID}``, default: the budget's) the matched grids of the module docstring;
+    ``answer_tokens``: the longest ``<answer>LABEL</answer>`` in the model's tokens
+    (``labelrl.data.prompts.longest_answer``), which RL's token cap is raised to hold."""
+    model = budget_model(budget, model)
     scale = copy.deepcopy(_SCALE[budget])
-    model = model or scale["model"]
+    if answer_tokens is not None:
+        scale["rl"]["max_new_tokens"] = max(scale["rl"]["max_new_tokens"], answer_cap(answer_tokens))
+    if len(labels) > 2 and "tune_many_labels" in scale:
+        scale["tune"] = scale["tune_many_labels"]
     if model is None:
         raise ValueError("--budget gpu: name the model to fine-tune with --model (a local Hugging Face directory; "
                          "labelrl never downloads one)")
@@ -92,9 +110,23 @@ def default_recipe(data: str | Path, *, kind: str, labels: list[str], budget: st
     task_name = re.sub(r"[^A-Za-z0-9_-]+", "_", stem).strip("_") or "data"
     return {"version": 1, "name": stem, "description": f"The default ladder for {kind} labels ({', '.join(labels)}), "
             f"budget {budget}: direct SFT, GRPO, Dr. GRPO{', CoRPO' if kind == 'ordinal' else ''} and SFT + threshold.",
-            "model": model, "seed": 0, "defaults": matched_tuning({"sft": scale["sft"], "rl": scale["rl"]},
-                                                               tune if tune is not None else scale["tune"]),
+            "model": model, "seed": 0, **({"workers": scale["workers"]} if "workers" in scale else {}),
+            "defaults": matched_tuning({"sft": scale["sft"], "rl": scale["rl"]},
+                                       tune if tune is not None else scale["tune"]),
             "tasks": {task_name: task}}
+
+
+def answer_cap(answer_tokens: int) -> int:
+    """RL's token cap for answers of at most ``answer_tokens`` tokens: the answer, the end-of-text
+    token and ``ANSWER_SPARE`` more (a space or line break before the tag costs a token)."""
+    return answer_tokens + 1 + ANSWER_SPARE
+
+
+def budget_model(budget: str, model: str | None = None) -> str | None:
+    """The model a ``budget`` fine-tunes: ``model`` if given, else the budget's (None for gpu)."""
+    if budget not in BUDGETS:
+        raise ValueError(f"--budget {budget!r}: choose one of {', '.join(BUDGETS)}")
+    return model or _SCALE[budget]["model"]
 
 
 def grid_size(grid: dict) -> int:

@@ -1,0 +1,59 @@
+"""`labelrl ladder --data FILE`'s recipe: the cpu budget measured as the demo is, and RL's token
+cap raised to hold the longest answer."""
+
+from __future__ import annotations
+
+import yaml
+
+from labelrl.ladder.default_recipe import ANSWER_SPARE, answer_cap, default_recipe
+from labelrl.ladder.recipe import recipe_from_dict, recipe_text
+
+
+def _task(raw: dict) -> dict:
+    return next(iter(raw["tasks"].values()))
+
+
+def test_the_cpu_budget_is_measured_as_the_demo_is(tmp_path):
+    demo = yaml.safe_load(recipe_text("demo")[0])
+    spam, movies = demo["tasks"]["spam"], demo["tasks"]["movies"]
+    raw = default_recipe("sms-spam", kind="binary", labels=["ham", "spam"], budget="cpu", answer_tokens=8)
+    task = _task(raw)
+    # three seeds, the demo's bootstrap, label-token scores, two runs side by side
+    assert task["seeds"] == spam["seeds"] == [0, 1, 2]
+    assert task["n_boot"] == spam["n_boot"] and task["generate_eval"] is spam["generate_eval"] is False
+    assert raw["workers"] == demo["workers"] == 2
+    # val and holdout samples of 512 (a split's whole when smaller), as the demo scores vader-movies
+    assert task["eval_limit"] == task["holdout_limit"] == movies["eval_limit"] == movies["holdout_limit"] == 512
+    assert task["limit"] == spam["limit"]
+    # every training option the demo sets, its grid aside
+    for family in ("sft", "rl"):
+        ours = raw["defaults"][family]
+        for key, value in demo["defaults"][family].items():
+            if key != "tune":
+                assert ours[key] == value, (family, key, ours[key], value)
+    # the RL grid is the demo's, and the recipe validates with its seeds
+    assert raw["defaults"]["rl"]["tune"] == demo["defaults"]["rl"]["tune"]
+    recipe = recipe_from_dict(raw, "test", tmp_path)
+    assert next(iter(recipe.tasks.values())).seeds == [0, 1, 2]
+
+
+def test_more_than_two_labels_get_the_demos_faster_sft_rates():
+    demo = yaml.safe_load(recipe_text("demo")[0])
+    grades = [str(g) for g in range(1, 6)]
+    five = default_recipe("vader-movies", kind="ordinal", labels=grades, budget="cpu", answer_tokens=7)
+    two = default_recipe("sms-spam", kind="binary", labels=["ham", "spam"], budget="cpu", answer_tokens=8)
+    assert five["defaults"]["sft"]["tune"] == demo["tasks"]["movies"]["defaults"]["sft"]["tune"]
+    assert two["defaults"]["sft"]["tune"] == {"learning_rate": [1.0e-4, 3.0e-4]}
+    assert five["defaults"]["rl"]["tune"] == two["defaults"]["rl"]["tune"]  # RL's rates do not move with the labels
+
+
+def test_rls_token_cap_holds_the_longest_answer_its_end_token_and_a_spare():
+    labels = ["Negative tone", "Neutral / mixed", "Positive tone"]
+    # short answers keep each budget's cap (the demo's 12 for sms-spam's 7- and 8-token tags)
+    for budget, cap in (("smoke", 12), ("cpu", 12), ("gpu", 16)):
+        raw = default_recipe("x.csv", kind="categorical", labels=labels, budget=budget, model="tiny-random", answer_tokens=8)
+        assert raw["defaults"]["rl"]["max_new_tokens"] == cap, budget
+    # a longer one raises it: the tag, its end-of-text token and the spare
+    raw = default_recipe("x.csv", kind="categorical", labels=labels, budget="cpu", answer_tokens=15)
+    assert raw["defaults"]["rl"]["max_new_tokens"] == answer_cap(15) == 15 + 1 + ANSWER_SPARE
+    assert default_recipe("x.csv", kind="categorical", labels=labels)["defaults"]["rl"]["max_new_tokens"] == 12
