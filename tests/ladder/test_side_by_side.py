@@ -74,6 +74,8 @@ def test_side_by_side_trains_in_workers_and_changes_no_model(toy, tmp_path, monk
     assert "training side by side (2 processes × 1 thread): sft@s1, grpo@s0" in printed
     assert "training side by side (1 process × 1 thread): grpo@s1" in printed
     assert "trained in the ladder's process instead" not in printed
+    # the ladder then reads what its workers trained, and says so: nothing had finished before this run
+    assert "finished earlier" not in printed and f"{task / 'grpo@s1'}: trained above" in printed
     assert all(arms[n]["seconds_train"] > 0 for n in arms)  # a run trained ahead keeps its share of the time
     # each worker scored what it trained: the candidates on val, the other runs on val and the holdout
     assert "sft@s0: learning_rate=0.001: trained in" in printed and "scored in" in printed

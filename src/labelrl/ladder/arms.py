@@ -122,6 +122,20 @@ def _wiring(recipe: Recipe, task: TaskSpec, task_dir: Path, arm_name: str, *, fo
 # ---------------------------------------------------------------- training
 
 
+_MADE_HERE: set[Path] = set()  # run dirs this process's ladder trained in a worker or adopted from a tuning candidate
+
+
+def note_made(out: Path) -> None:
+    """Record that this ladder invocation made the run in ``out`` (a worker trained it, or it is a
+    tuned arm's winning candidate), so reading it back is not reported as reusing an earlier run."""
+    _MADE_HERE.add(Path(out).resolve())
+
+
+def forget_made() -> None:
+    """Start a ladder invocation with nothing recorded by ``note_made``."""
+    _MADE_HERE.clear()
+
+
 def train_finished(arm_type: str, out: Path) -> bool:
     family = FAMILY[arm_type]
     if family == "relabel":
@@ -145,7 +159,8 @@ def train_arm(arm_type: str, cfg: BaseModel, task_dir: Path, console: Console) -
     family = FAMILY[arm_type]
     out = Path(cfg.out).parent if family == "distill" else Path(cfg.out)
     if train_finished(arm_type, out):
-        console.print(f"[dim]{out}: finished earlier, reused[/]")
+        made = Path(out).resolve() in _MADE_HERE
+        console.print(f"[dim]{out}: {'trained above' if made else 'finished earlier, reused'}[/]")
         return
     if family == "sft" and out.exists():
         shutil.rmtree(out)

@@ -22,7 +22,7 @@ from rich.console import Console
 
 from labelrl.fileio import RunLock, atomic_write_json, atomic_write_text
 from labelrl.ladder.analysis import analyse_task
-from labelrl.ladder.arms import LadderStopped, arm_config, evaluate_arm, rl_training_summary, train_arm
+from labelrl.ladder.arms import LadderStopped, arm_config, evaluate_arm, forget_made, rl_training_summary, train_arm
 from labelrl.ladder.collapse import COLLAPSED, stops_on_collapse
 from labelrl.ladder.evaluations import eval_cap, scoring_job
 from labelrl.train.collapse import collapse_detail
@@ -82,6 +82,7 @@ class Ladder:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         started = time.monotonic()
         with RunLock(self.run_dir, "ladder"):
+            forget_made()  # what an earlier ladder in this process made was "finished earlier" for this one
             atomic_write_text(self.run_dir / "recipe.yaml", yaml.safe_dump(self.recipe.as_written(), sort_keys=False))
             try:
                 for task_name, task in self.recipe.tasks.items():

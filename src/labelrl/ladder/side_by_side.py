@@ -45,7 +45,7 @@ from pathlib import Path
 from pydantic import BaseModel
 from rich.console import Console
 
-from labelrl.ladder.arms import train_finished
+from labelrl.ladder.arms import note_made, train_finished
 from labelrl.ladder.worker import run_job, start_worker
 
 LOG_SUFFIX = ".worker.log"
@@ -145,6 +145,7 @@ def train_side_by_side(jobs: list[Job], workers: int, console: Console) -> dict[
                 console.print(f"[yellow]  {job.name}: its worker failed ({type(exc).__name__}: {exc}; log: "
                               f"{log_path(job.out)}); it is trained in the ladder's process instead[/]")
                 continue
+            note_made(job.out)
             train, scoring = took[job.out]["train"], took[job.out]["eval"]
             console.print(f"  {job.name}: trained in {train:.0f} s" + (f", scored in {scoring:.0f} s" if scoring else ""))
     except BaseException:

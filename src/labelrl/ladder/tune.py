@@ -39,7 +39,7 @@ from pydantic import BaseModel
 from rich.console import Console
 
 from labelrl.fileio import atomic_write_json, atomic_write_text
-from labelrl.ladder.arms import LadderStopped, train_arm
+from labelrl.ladder.arms import LadderStopped, note_made, train_arm
 from labelrl.ladder.evaluations import candidate_eval_paths, eval_cap, evaluate_candidate, scoring_job
 from labelrl.ladder.layout import eval_paths
 from labelrl.ladder.side_by_side import Job, train_side_by_side
@@ -214,6 +214,7 @@ def tune_arm(task: TaskSpec, task_dir: Path, arm_name: str, arm_type: str, cfg: 
         errors = "; ".join(f"{values_text(r['values'])}: {r['error']}" for r in records)
         raise ValueError(f"{arm_name}: every candidate of its grid failed ({errors}); see {arm_dir / TUNE_DIR}/*/error.txt")
     adopt_winner(task_dir, arm_name, arm_dir / TUNE_DIR / names[best])
+    note_made(arm_dir)
     tied = tie_text(records, tie(records))
     st["tune"].update(chosen=records[best]["values"], chosen_dir=records[best]["dir"], tie=tied)
     atomic_write_json(selected_path, st["tune"])  # last: the arm directory is complete
