@@ -40,7 +40,7 @@ PRINTED_BY: dict[str, tuple[str, ...]] = {
     "data/schema.py": DATA,
     "data/load.py": DATA,
     "data/prompts.py": DATA,
-    "data/prompts.py:check_answer_fits": ("rl",),  # RL's token cap (labelrl.train.rl.fit_train_prompts)
+    "data/prompts.py:check_answer_fits": ("rl", "eval"),  # RL's and a generated evaluation's token cap
     "data/prepare.py": TRAIN,
     "data/train_labels.py": TRAIN,
     "data/split.py": DATA,

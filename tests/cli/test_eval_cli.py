@@ -74,6 +74,22 @@ def test_eval_twice_on_holdout_refuses_then_records_a_marked_repeat(app, run_dir
 
 
 
+def test_a_generation_cap_that_cannot_hold_an_answer_is_refused_before_a_holdout_look(app, run_dir, tmp_path):
+    # <answer>spam</answer> is 8 tokens: at a cap of 8 every "spam" answer would end at the cap,
+    # count as truncated and be scored wrong, and the model's one holdout look would be spent.
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(run_dir, run, ignore=shutil.ignore_patterns("ledger.jsonl", "eval"))
+    short = runner.invoke(app, ["eval", str(run), "--split", "holdout", "--method", "generate", "--max-new-tokens", "8"])
+    flat = " ".join(short.output.split())
+    assert short.exit_code == 2 and "--max-new-tokens 8: the answer <answer>spam</answer> takes 8 tokens" in flat
+    assert "at least 9" in flat
+    assert not (run / "ledger.jsonl").exists() or not (run / "ledger.jsonl").read_text().strip()  # no look recorded
+    assert runner.invoke(app, ["eval", str(run), "--split", "holdout", "--method", "generate", "--max-new-tokens", "9",
+                               "--n-boot", "0"]).exit_code == 0
+
+
 def test_scores_then_generations_are_one_look_listed_as_one_row(app, run_dir, tmp_path):
     import shutil
 
@@ -81,11 +97,11 @@ def test_scores_then_generations_are_one_look_listed_as_one_row(app, run_dir, tm
     shutil.copytree(run_dir, run, ignore=shutil.ignore_patterns("ledger.jsonl", "eval"))  # this test's own ledger
     base = ["eval", str(run), "--split", "holdout", "--n-boot", "0"]
     assert runner.invoke(app, base).exit_code == 0
-    second = runner.invoke(app, [*base, "--method", "generate", "--max-new-tokens", "4"])
+    second = runner.invoke(app, [*base, "--method", "generate", "--max-new-tokens", "9"])
     assert second.exit_code == 0, second.output
     flat = " ".join(second.stdout.split())  # the console wraps at its width, wherever the tmp path ends
     assert "second reading of this model's holdout look" in flat and "REPEAT" not in flat
-    again = runner.invoke(app, [*base, "--method", "generate", "--max-new-tokens", "4"])
+    again = runner.invoke(app, [*base, "--method", "generate", "--max-new-tokens", "9"])
     assert again.exit_code == 2 and "read by generate" in again.output  # each reading once
     listing = runner.invoke(app, ["ledger", str(run), "--json", str(tmp_path / "ledger.json")])
     assert listing.exit_code == 0, listing.output

@@ -134,4 +134,4 @@ def test_the_longest_answer_is_counted_in_the_models_tokens_and_must_fit_with_it
         check_answer_fits(CharTokenizer(), ["no", "maybe so", "yes"], need - 1)
     message = str(info.value)  # the value, the tag that does not fit, and the fix
     assert f"--max-new-tokens {need - 1}" in message and tags["maybe so"] in message
-    assert f"at least {need}" in message and "truncated" in message
+    assert f"at least {need}" in message and "count as truncated" in message

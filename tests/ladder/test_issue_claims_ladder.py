@@ -36,7 +36,7 @@ def recipe(data: Path) -> dict:
                    "max_new_tokens": 8, "checkpoint_every": 2, "quiet": True},
         },
         "tasks": {"toy": {"data": str(data), "limit": 16, "eval_limit": 8, "holdout_limit": 8, "n_boot": 50,
-                          "ood": [OOD], "eval_max_new_tokens": 4,
+                          "ood": [OOD], "eval_max_new_tokens": 8,
                           # one SFT parent, two seeds of each RL arm from it: the least a paired-by-seed claim needs
                           "arms": {"sft": {"type": "sft"}, "grpo": {"type": "rl", "from": "sft", "preset": "grpo", "seeds": [0, 1]},
                                    "corpo": {"type": "rl", "from": "sft", "preset": "corpo", "threshold": 0.5, "seeds": [0, 1]},

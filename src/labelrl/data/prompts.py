@@ -149,12 +149,13 @@ def longest_answer(tokenizer, labels: LabelSpace | Sequence[str]) -> tuple[int, 
 
 def check_answer_fits(tokenizer, labels: LabelSpace | Sequence[str], max_new_tokens: int) -> None:
     """ValueError when ``max_new_tokens`` cannot hold the longest answer tag and the end-of-text
-    token after it: every completion giving that label would hit the cap, count as truncated and
-    (``--truncation zero``) earn the failure reward, so RL would learn never to give it."""
+    token after it: every completion giving that label would hit the cap and count as truncated.
+    RL would then learn never to give it (a truncated completion earns the failure reward, or is
+    left out of the loss), and a generated evaluation would score every such answer as a failure."""
     tokens, tag = longest_answer(tokenizer, labels)
     if max_new_tokens < tokens + 1:
         raise ValueError(
             f"--max-new-tokens {max_new_tokens}: the answer {tag} takes {tokens} tokens and the end-of-text token one "
-            f"more, so every completion giving it would be cut off and count as truncated (a failure under "
-            f"--truncation zero); raise --max-new-tokens to at least {tokens + 1}, or use shorter label names"
+            f"more, so every completion giving it would be cut off and count as truncated; raise --max-new-tokens to "
+            f"at least {tokens + 1}, or use shorter label names"
         )

@@ -23,6 +23,7 @@ from pathlib import Path
 from labelrl.data.options import DataOptions
 from labelrl.data.prompts import (
     ANSWER_PREFIX,
+    check_answer_fits,
     longest_answer,
     render_messages,
     render_prompt,
@@ -58,9 +59,14 @@ def prompt_token_ids(tokenizer, data: EvalData) -> list[list[int]]:
 
 def answer_tokens(tokenizer, labels: LabelSpace, mode: str, method: str, max_new_tokens: int | None) -> int:
     """Tokens an answer may take after the prompt: scoring reads ``<answer>`` and the longest
-    label; generating writes up to the token cap."""
+    label; generating writes up to the token cap, ``max_new_tokens`` (which must hold the longest
+    answer and its end-of-text token, ``check_answer_fits``: checked before anything is scored, so
+    a holdout look is not spent on cut-off answers) or ``default_max_new_tokens``."""
     if method == "generate":
-        return max_new_tokens or default_max_new_tokens(tokenizer, labels, mode)
+        if max_new_tokens:
+            check_answer_fits(tokenizer, labels, max_new_tokens)
+            return max_new_tokens
+        return default_max_new_tokens(tokenizer, labels, mode)
     return max(len(tokenizer(ANSWER_PREFIX + x, add_special_tokens=False)["input_ids"]) for x in labels.labels)
 
 
@@ -144,8 +150,8 @@ def default_max_new_tokens(tokenizer, labels: LabelSpace, mode: str) -> int:
 
 
 def generation_cap(setup: EvalSetup, max_new_tokens: int | None) -> int:
-    """The token cap of a generated answer: ``max_new_tokens``, else ``default_max_new_tokens``."""
-    return max_new_tokens or default_max_new_tokens(setup.tokenizer, setup.data.labels, setup.data.options.mode)
+    """The token cap of a generated answer (``answer_tokens``)."""
+    return answer_tokens(setup.tokenizer, setup.data.labels, setup.data.options.mode, "generate", max_new_tokens)
 
 
 def _generate(setup: EvalSetup, prompts: list[list[int]], batch_size: int, max_new_tokens: int | None) -> tuple[list, list, None]:

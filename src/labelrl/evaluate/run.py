@@ -45,7 +45,7 @@ class EvalConfig(BaseModel):
     n_boot: int = Field(1000, ge=0, description="Bootstrap resamples for the 95% intervals (0: none).")
     seed: int = Field(0, description="Seed of the bootstrap.")
     batch_size: int = Field(16, ge=1, description="Prompts per forward pass (label-token scoring on the packed weights of a Llama, Qwen or Gemma 3 model takes at least 32).")
-    max_new_tokens: Optional[int] = Field(None, ge=1, description="generate: token cap per answer (default: direct 8 past the longest answer tag, reasoning 256).")
+    max_new_tokens: Optional[int] = Field(None, ge=1, description="generate: token cap per answer (default: direct 8 past the longest answer tag, reasoning 256); a cap that cannot hold the longest answer tag and its end-of-text token is refused before anything is scored.")
     pass_at_k: Optional[int] = Field(None, ge=1, description="Instead of scoring, sample --pass-samples answers per item at temperature 1 and report pass@k (unbiased estimator): does the model ever sample the right label in k tries? val or train only.")
     pass_samples: int = Field(8, ge=1, description="--pass-at-k: answers sampled per item (n ≥ k).")
     precision: Literal["auto", "fp32", "bf16"] = Field("auto", description=PRECISION_HELP)

@@ -85,7 +85,7 @@ class RLConfig(DataOptions, ModelOptions):
     success_threshold: Optional[float] = Field(None, description="Reward at or above which a rollout counts as correct in every diagnostic (failed-positive fraction, regime shares), whatever the estimator; default: full credit (the exact grade). CoRPO's --threshold is separate.")
     group_size: int = Field(4, description="Completions sampled per prompt (G).")
     prompts_per_step: int = Field(2, ge=1, description="Prompts per step (B); a step samples B×G completions.")
-    max_new_tokens: int = Field(32, ge=1, description="Token cap per completion.")
+    max_new_tokens: int = Field(32, ge=1, description="Token cap per completion; it must hold the longest <answer>LABEL</answer> and its end-of-text token (else every completion giving that label would count as truncated), checked before training.")
     max_prompt_length: int = Field(512, ge=16, description="Longest prompt in tokens (TRL's max_prompt_length): a longer prompt's text is cut to fit, left out or refused by --on-long-item, as sft fits its items into --max-length, so SFT and RL train on the same texts and a step's memory stays bounded. The model's context minus --max-new-tokens bounds it too.")
     steps: int = Field(20, ge=1, description="Optimizer steps.")
     prompt_sampling: Literal["uniform", "balanced"] = Field("uniform", description="Order of the training prompts: uniform (every item once per epoch, seeded shuffle) or balanced (every label equally often: one item of each label in every run of K prompts). Balanced makes the expected reward the balanced accuracy rather than the accuracy, which answering the majority label wins on skewed labels (docs/algorithms.md, Prompt sampling).")
