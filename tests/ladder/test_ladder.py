@@ -264,3 +264,22 @@ def test_a_failed_arm_fixed_and_rerun_leaves_no_trace_of_the_failure(tmp_path):
     again = Ladder(load_recipe(write(tmp_path / "r2.yaml", raw)), tmp_path / "run", Console(quiet=True)).run()
     arm = again["tasks"]["toy"]["arms"]["sft_short"]
     assert arm["status"] == "done" and "error" not in arm and not (arm_dir / "error.txt").exists()
+
+
+@pytest.mark.parametrize("where, rl_cap, eval_cap", [("toy/grpo's max_new_tokens", 4, None),
+                                                      ("tasks.toy.eval_max_new_tokens", 9, 4)])
+def test_a_token_cap_that_cannot_hold_an_answer_stops_the_ladder_before_anything_trains(tmp_path, where, rl_cap, eval_cap):
+    # <answer>yes</answer> and its end-of-text token need 8 tokens: at 4 the RL run (or a generated
+    # evaluation) would refuse to start, after its SFT parent had trained; the ladder says so first.
+    data = write(tmp_path / "toy.jsonl", toy_rows())
+    task = {"data": str(data), "limit": 12, "eval_limit": 4, "holdout_limit": 4, "n_boot": 20,
+            "arms": {"sft": {"type": "sft"}, "grpo": {"type": "rl", "from": "sft"}}}
+    recipe = {"version": 1, "name": "caps", "model": "tiny-random", "seed": 0,
+              "defaults": {"sft": {"lora": False, "max_steps": 1, "batch_size": 4, "eval_every": 1, "quiet": True},
+                           "rl": {"lora": False, "steps": 1, "group_size": 2, "prompts_per_step": 2,
+                                  "max_new_tokens": rl_cap, "quiet": True}},
+              "tasks": {"toy": task | ({"eval_max_new_tokens": eval_cap} if eval_cap else {})}}
+    with pytest.raises(ValueError, match=rf"recipe: {where}: --max-new-tokens 4: the answer <answer>\w+</answer> "
+                                         r"takes \d+ tokens.*at least \d+"):
+        Ladder(load_recipe(write(tmp_path / "caps.yaml", recipe)), tmp_path / "run", Console(quiet=True)).run()
+    assert not (tmp_path / "run" / "toy" / "sft").exists()  # nothing trained

@@ -106,6 +106,7 @@ class Ladder:
         run_seeds = sorted({cfg.seed for a, cfg in self.configs[task_name].items() if FAMILY[task.arms[a].type] in ("sft", "rl")})
         tstate.update(prepare_task(task, task_dir, self.recipe.seed, run_seeds=run_seeds), arm_order=run_order(task))
         self.save()
+        check_answer_caps(task_name, task, self.configs[task_name], self.grids[task_name], tstate["labels"])
         order = run_order(task)
         for i, arm_name in enumerate(order):
             if self.recipe.workers > 1:
@@ -264,6 +265,32 @@ def prepare_task(task: TaskSpec, task_dir: Path, seed: int, run_seeds: list[int]
             "ood": list(task.ood), "splits": splits.sizes(), "split_ratios": list(splits.ratios),
             "label_noise": task.label_noise, "label_noise_seed": task.label_noise_seed, "success_threshold": task.success_threshold, "samples": samples,
             **label_ceiling(audit)}
+
+
+def check_answer_caps(task_name: str, task: TaskSpec, configs: dict, grids: dict, labels: list[str]) -> None:
+    """Before the task's first run trains: every RL arm's token cap (each value its grid tries
+    too) and the task's ``eval_max_new_tokens`` must hold the longest answer tag and its
+    end-of-text token in the task's model's tokens (``labelrl.data.prompts.check_answer_fits``,
+    which the RL run and a generated evaluation check again when they start). A cap that cannot
+    would otherwise stop its arm after its parent has trained."""
+    from labelrl.data.prompts import check_answer_fits
+    from labelrl.models.load import load_tokenizer
+
+    caps = [(f"tasks.{task_name}.eval_max_new_tokens", task.eval_max_new_tokens)] if task.eval_max_new_tokens else []
+    for name, cfg in configs.items():
+        if task.arms[name].type in RL_TYPES:
+            candidates = grids[name].candidates if grids.get(name) is not None else [{}]
+            caps += [(f"{task_name}/{name}'s max_new_tokens", values.get("max_new_tokens", cfg.max_new_tokens))
+                     for values in candidates]
+    models = [cfg.model for name, cfg in configs.items() if FAMILY[task.arms[name].type] == "sft"]
+    if not caps or not models:
+        return
+    tokenizer = load_tokenizer(models[0])
+    for where, cap in caps:
+        try:
+            check_answer_fits(tokenizer, labels, cap)
+        except ValueError as exc:
+            raise ValueError(f"recipe: {where}: {exc}") from None
 
 
 def record_samples(task: TaskSpec, dataset, splits, task_dir: Path, run_seeds: list[int]) -> dict[str, dict]:
