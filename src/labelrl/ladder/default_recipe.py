@@ -65,7 +65,7 @@ _SCALE = {
         # More than two labels need a faster start in the same 40 steps: the demo's 5-grade SFT
         # reached val BA 0.256 at 3e-4 and 0.371 at 1e-3, its binary one 0.879 at 1e-4.
         "tune": {"sft": {"learning_rate": [1.0e-4, 3.0e-4]}, "rl": {"learning_rate": [3.0e-6, 1.0e-5]}},
-        "tune_many_labels": {"sft": {"learning_rate": [3.0e-4, 1.0e-3]}, "rl": {"learning_rate": [3.0e-6, 1.0e-5]}},
+        "sft_tune_many_labels": {"learning_rate": [3.0e-4, 1.0e-3]},
     },
     "gpu": {
         "model": None,  # a local model directory: --model
@@ -91,8 +91,8 @@ def default_recipe(data: str | Path, *, kind: str, labels: list[str], budget: st
     scale = copy.deepcopy(_SCALE[budget])
     if answer_tokens is not None:
         scale["rl"]["max_new_tokens"] = max(scale["rl"]["max_new_tokens"], answer_cap(answer_tokens))
-    if len(labels) > 2 and "tune_many_labels" in scale:
-        scale["tune"] = scale["tune_many_labels"]
+    if len(labels) > 2 and "sft_tune_many_labels" in scale:
+        scale["tune"]["sft"] = scale["sft_tune_many_labels"]
     if model is None:
         raise ValueError("--budget gpu: name the model to fine-tune with --model (a local Hugging Face directory; "
                          "labelrl never downloads one)")
