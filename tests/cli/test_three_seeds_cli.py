@@ -70,6 +70,17 @@ def test_three_seeds_print_the_seed_agreement_and_the_corrected_decision_on_ever
     for match in re.finditer(r"no detectable difference[^)]*\)", " ".join(lines)):
         assert "could detect" in match.group(0), match.group(0)
     assert task["analysis"]["grid"]["sentence"] in printed  # the answer sentence comes with the grid
+    # on an 80-column terminal every run's row still names its seed ("grpo@s1", not "grpo@…")
+    from rich.console import Console
+
+    from labelrl.cli.ladder import comparison_tables
+
+    console = Console(record=True, width=80)
+    for table in comparison_tables(state):
+        console.print(table)
+    rows = {line.split("│")[1].strip() for line in console.export_text().splitlines() if line.startswith("│")}
+    assert {f"{g}@s{s}" for g in ("sft", "grpo", "threshold") for s in range(3)} <= rows, rows
+    assert {"sft", "grpo", "threshold"} <= rows  # the mean ± sd rows, one per replicated arm
     assert state["tasks"]["toy"]["verdict"][0]["runs"] == ["grpo@s0", "grpo@s1", "grpo@s2"]
     # the plan reads the same files: per comparison the items a difference would need at 1, 3, 5, 10 seeds
     plan_file = tmp_path / "plan.json"

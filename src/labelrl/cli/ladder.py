@@ -173,7 +173,7 @@ def comparison_tables(state: dict) -> list[Table]:
         caption += [f"{name}: {note}" for name, arm in task["arms"].items() if (note := tune_note(arm))]
         table = Table(title=f"{task_name}: {task['data']} ({task.get('kind')}), 95% intervals in the report",
                       title_justify="left", caption="\n".join(caption) or None, caption_justify="left")
-        table.add_column("arm")
+        table.add_column("arm", no_wrap=True)  # cut to "dr_grpo@…", a name no longer says which seed
         table.add_column("status")
         for split, key in columns:
             table.add_column(f"{split} {short[key]}", justify="right")
@@ -189,16 +189,22 @@ def comparison_tables(state: dict) -> list[Table]:
             arm = task["arms"].get(arm_name, {})
             cells = [_fmt(arm.get(split), key) for split, key in columns]
             ood = [_fmt((arm.get("ood") or {}).get(name), "balanced_accuracy") for name in task.get("ood", [])]
-            kind = arm.get("preset") or arm.get("type")
             failed = _fmt(arm.get("train"), "failed_positive_frac") if arm.get("train") else ""
-            table.add_row(arm_name if kind == arm_name else f"{arm_name} ({kind})", _status(arm), *cells, *ood, failed)
+            table.add_row(_arm_label(arm_name, arm), _status(arm), *cells, *ood, failed)
             for rl, matched in (arm.get("matched") or {}).items():  # a threshold arm's recall-matched thresholds
                 table.add_row(f"{arm_name} → {rl} recall", "derived", "", *[_fmt(matched.get("holdout"), k) for _, k in columns[1:]],
                               *["" for _ in task.get("ood", [])], "")
         for group, values in replicate_means(task, [k for _, k in columns[1:]]).items():
-            table.add_row(f"{group}: mean ± sd", f"{values['n']} seeds", "", *values["cells"], *["" for _ in task.get("ood", [])], "")
+            table.add_row(group, f"mean ± sd of {values['n']} seeds", "", *values["cells"], *["" for _ in task.get("ood", [])], "")
         tables.append(table)
     return tables
+
+
+def _arm_label(name: str, arm: dict) -> str:
+    """An arm's row: its name, and its preset or type where the name does not say it
+    ("grpo@s1", not "grpo@s1 (grpo)")."""
+    kind = arm.get("preset") or arm.get("type")
+    return name if kind in (name, arm.get("replicate_of")) else f"{name} ({kind})"
 
 
 def replicate_means(task: dict, keys: list[str]) -> dict[str, dict]:
