@@ -62,3 +62,22 @@ def test_long_items_line_only_when_items_were_cut(tmp_path):
         f"2 of 40 training items cut to fit: --max-length 64 with their answer ({tmp_path / 'long.json'})")
     (tmp_path / "none.json").write_text(json.dumps(record | {"ids": []}))
     assert long_items_line(tmp_path / "none.json") is None and long_items_line(tmp_path / "missing.json") is None
+
+
+def test_a_collapse_says_what_to_change_rls_rate_or_for_an_inherited_one_the_parents_training(tmp_path):
+    from labelrl.cli.train import print_rl_summary
+    from labelrl.train.config import RLConfig
+
+    write_metrics(tmp_path / "rl", 8)
+    cfg = RLConfig(data="x.jsonl", out=tmp_path / "rl", steps=8)
+    flag = {"label": "ham", "step": 4, "share": 1.0, "lift": 0.0, "series": "val", "inherited": False}
+    texts = {}
+    for inherited in (False, True):
+        console = Console(record=True, width=300)
+        print_rl_summary({"steps_done": 8, "steps": 8, "stopped_early": False, "last": {"reward/mean": 0.8},
+                          "collapse": {**flag, "inherited": inherited}}, cfg, console)
+        texts[inherited] = console.export_text()
+    assert "collapsed to ham at step 4" in texts[False] and "lower --learning-rate" in texts[False]
+    # the starting model already answered ham for every item: a gentler RL rate cannot undo that
+    assert "inherited from its parent" in texts[True] and "lower --learning-rate" not in texts[True]
+    assert "train the starting model until it answers more than one label" in texts[True]

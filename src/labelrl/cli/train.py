@@ -82,8 +82,11 @@ def print_rl_summary(summary: dict, cfg: RLConfig, out: Console) -> None:
     if summary.get("collapse"):
         from labelrl.train.collapse import collapse_detail
 
+        # a parent that already answered one label needs more SFT, not a gentler RL rate
+        fix = ("train the starting model until it answers more than one label (labelrl sft: more --max-steps, another "
+               "--learning-rate)" if summary["collapse"].get("inherited") else "lower --learning-rate")
         out.print(f"[bold red]{collapse_detail(summary['collapse'])}[/]: its scores are a constant answer's, not the "
-                  "method's; lower --learning-rate", highlight=False)
+                  f"method's; {fix}", highlight=False)
     out.print(_files_table(figures["files"]))
 
 
