@@ -113,6 +113,25 @@ def test_failed_positive_figure_has_one_line_per_arm(arms):
     plt.close(fig)
 
 
+def test_a_ladders_replicates_share_their_arms_colour_and_differ_in_line_style(arms):
+    a = arms[0]
+    steps = a["grpo"].steps
+    runs = ["grpo@s0", "grpo@s1", "grpo@s2", "corpo@s0", "corpo@s1"]
+    fig = F.failed_positive_figure("spam", [(name, steps) for name in runs])
+    lines = _lines(fig.axes[0])
+    assert set(lines) == set(runs)
+    colour = {name: lines[name].get_color() for name in runs}
+    style = {name: lines[name].get_linestyle() for name in runs}
+    assert colour["grpo@s0"] == colour["grpo@s1"] == colour["grpo@s2"] != colour["corpo@s0"] == colour["corpo@s1"]
+    assert len({style["grpo@s0"], style["grpo@s1"], style["grpo@s2"]}) == 3 and style["grpo@s0"] == style["corpo@s0"]
+    plt.close(fig)
+    # a replicate's legend entry is its run's name, not "grpo@s1 (grpo)"
+    from dataclasses import replace
+
+    assert replace(a["grpo"], name="grpo@s1", replicate_of="grpo").label == "grpo@s1"
+    assert replace(a["grpo"], name="arm2").label == "arm2 (grpo)"
+
+
 def test_label_share_has_a_gap_where_every_group_was_uniform():
     info, data = K.per_label(K.LABEL_SHARE_INFORMATIVE, "spam"), K.per_label(K.LABEL_SHARE_DATA, "spam")
     steps = [{K.STEP: 1, K.UNIFORM_FRAC: 1.0, info: 0.0, data: 0.2},

@@ -84,6 +84,24 @@ def _line(ax, x, y, **kwargs) -> None:
         ax.plot(x, y, marker="o" if len(x) <= 30 else None, markersize=3, **kwargs)
 
 
+SEED_STYLES = ("-", "--", ":", "-.")
+
+
+def run_styles(names: Sequence[str]) -> list[dict]:
+    """Colour and line style per run of a one-line-per-run figure: one colour per arm, one line
+    style per seed, so a ladder's replicates (runs named ``ARM@sSEED``) read as one arm's lines
+    (``grpo@s0``, ``grpo@s1``: the same colour, solid and dashed)."""
+    groups: dict[str, int] = {}
+    seen: dict[str, int] = {}
+    styles = []
+    for name in names:
+        group = name.split(" ")[0].split("@")[0]  # "grpo@s1 (grpo)" → grpo
+        colour = groups.setdefault(group, len(groups))
+        seen[group] = seen.get(group, -1) + 1
+        styles.append({"color": f"C{colour % 10}", "linestyle": SEED_STYLES[seen[group] % len(SEED_STYLES)]})
+    return styles
+
+
 def _ceiling(ax, ceiling: float | None) -> None:
     if ceiling is not None:
         ax.axhline(ceiling, color="0.25", linestyle="--", linewidth=1, label=f"label ceiling 1 − ε = {ceiling:.3f}")
@@ -234,8 +252,8 @@ def failed_positive_figure(task: str, arms: Sequence[tuple[str, Sequence[dict]]]
     """Per step, the share of failed rollouts given a positive advantage, one line per RL arm
     (``key`` of each step record; failed = reward below ``threshold`` when given)."""
     fig, ax = plt.subplots(figsize=(6.5, 3.8))
-    for i, (name, steps) in enumerate(arms):
-        _line(ax, *series(steps, key), color=f"C{i}", label=name)
+    for (name, steps), style in zip(arms, run_styles([name for name, _ in arms])):
+        _line(ax, *series(steps, key), label=name, **style)
     failed = f" (failed: reward < {threshold:g})" if threshold is not None else ""
     ax.set(xlabel=STEP_LABEL, ylabel=f"failed rollouts with advantage > 0 {FRACTION}",
            title=f"{task}: positive advantage on failed rollouts{failed}", ylim=(-0.02, 1.02))
@@ -339,8 +357,8 @@ def arm_lines_figure(task: str, arms: Sequence[tuple[str, Sequence[dict]]], key:
     """One line per arm of ``key`` per step (e.g. the parse-failure rate, the lenient parser's
     reward inflation)."""
     fig, ax = plt.subplots(figsize=(6.5, 3.8))
-    for i, (name, steps) in enumerate(arms):
-        _line(ax, *series(steps, key), color=f"C{i}", label=name)
+    for (name, steps), style in zip(arms, run_styles([name for name, _ in arms])):
+        _line(ax, *series(steps, key), label=name, **style)
     ax.set(xlabel=STEP_LABEL, ylabel=ylabel, title=f"{task}: {title}")
     if ylim is not None:
         ax.set_ylim(*ylim)

@@ -69,8 +69,9 @@ class ArmData:
 
     @property
     def label(self) -> str:
-        """The name shown in legends: ``grpo``, or ``arm2 (corpo)`` when the name is not the preset."""
-        return self.name if not self.preset or self.preset == self.name else f"{self.name} ({self.preset})"
+        """The name shown in legends: ``grpo``, ``grpo@s1`` (a replicate of ``grpo``), or
+        ``arm2 (corpo)`` when the name is not the preset."""
+        return self.name if not self.preset or self.preset in (self.name, self.group) else f"{self.name} ({self.preset})"
 
 
 @dataclass
