@@ -255,7 +255,7 @@ def register(app: typer.Typer) -> None:
         set_: list[str] = typer.Option([], "--set", help=SET_HELP),
         report: bool = typer.Option(True, "--report/--no-report", help="Build RUN_DIR/report/report.html and report.md at the end."),
         data: Optional[str] = typer.Option(None, "--data", help="Your own data (JSONL, CSV, Parquet) or a built-in dataset: builds the default recipe for its label kind (SFT, GRPO, Dr. GRPO, CoRPO for ordinal labels, SFT + threshold), writes it to RUN_DIR/recipe.yaml, runs it and prints the verdict.", show_default=False),
-        budget: str = typer.Option("smoke", "--budget", help="With --data: smoke (tiny-random, minutes: the plumbing), cpu (SmolLM2 with LoRA, 3 seeds, 512-item val and holdout samples: a real run on a CPU, measured as the demo is), gpu (--model, full epochs, 3 seeds).", metavar="smoke|cpu|gpu"),
+        budget: str = typer.Option("smoke", "--budget", help="With --data: smoke (tiny-random, minutes: the plumbing), cpu (SmolLM2 with LoRA, 3 seeds, 512-item val and holdout samples: a real run on a CPU, measured as the demo is: 12–17 minutes on 2 cores for the files in docs/your-data.md), gpu (--model, full epochs, 3 seeds).", metavar="smoke|cpu|gpu"),
         model: Optional[str] = typer.Option(None, "--model", help="With --data: the model to fine-tune (default: the budget's).", show_default=False),
         text_col: Optional[list[str]] = typer.Option(None, "--text-col", help="With --data: text column(s) of the prompt (repeatable).", show_default=False),
         label_col: Optional[str] = typer.Option(None, "--label-col", help="With --data: the label column.", show_default=False),
