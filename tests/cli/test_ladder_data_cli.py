@@ -95,3 +95,21 @@ def test_long_label_names_raise_rls_token_cap_to_hold_the_longest_answer(tmp_pat
     cap = recipe.defaults["rl"]["max_new_tokens"]
     assert tokens + 1 > 12 and cap == answer_cap(tokens)
     check_answer_fits(load_tokenizer("tiny-random"), labels, cap)
+
+
+def test_the_gpu_budget_is_refused_where_torch_sees_no_gpu(tmp_path, monkeypatch):
+    import pytest
+    import torch
+
+    from labelrl.cli.ladder import data_recipe
+
+    with open(tmp_path / "reviews.csv", "w", newline="", encoding="utf-8") as handle:
+        csv.writer(handle).writerows([["review", "sentiment"], *[[f"review {i}", "pos" if i % 2 else "neg"] for i in range(40)]])
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    args = dict(model="tiny-random", text_col=["review"], label_col="sentiment", labels=None, kind=None, rubric=None,
+                on_bad_row="error", delimiter=None, sets=[])
+    with pytest.raises(ValueError, match=r"--budget gpu: no CUDA GPU is visible .* use --budget cpu"):
+        data_recipe(str(tmp_path / "reviews.csv"), budget="gpu", **args)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # a GPU machine builds the budget's recipe
+    recipe = data_recipe(str(tmp_path / "reviews.csv"), budget="gpu", **args)
+    assert recipe.defaults["rl"]["group_size"] == 8 and recipe.model == "tiny-random"

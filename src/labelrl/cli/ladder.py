@@ -235,6 +235,14 @@ def data_recipe(data: str, *, budget: str, model: str | None, text_col: list[str
     from labelrl.ladder.recipe import recipe_from_dict
     from labelrl.models.load import load_tokenizer
 
+    if budget == "gpu":
+        import torch
+
+        if not torch.cuda.is_available():  # its full epochs and 300 steps of G = 8 would take a CPU many hours
+            raise ValueError("--budget gpu: no CUDA GPU is visible to torch (torch.cuda.is_available() is False), and "
+                             "this budget's full SFT epochs and 300 RL steps of G = 8 would run on the CPU for many hours; "
+                             "use --budget cpu (sized for a CPU: SmolLM2 with LoRA, three seeds), or run on a machine "
+                             "with a GPU")
     dataset = load_dataset(data, text_cols=text_col or None, label_col=label_col, labels=labels, kind=kind,
                            on_bad_row=on_bad_row, delimiter=delimiter, encoding=encoding)
     spec = budget_model(budget, model)  # RL's token cap must hold the longest answer in this model's tokens
