@@ -42,6 +42,23 @@ def test_allocation_is_proportional_to_within_one_item():
     assert allocate({"a": 3, "b": 1}, 10) == {"a": 3, "b": 1}  # never more than a stratum holds
 
 
+def test_a_rare_label_keeps_one_item_in_a_small_sample_and_common_shapes_keep_their_proportions():
+    # 4 "fraud" in a 299-item split: 32 × 4/299 = 0.43 item, which the largest remainder rounds to 0
+    assert allocate({"fraud": 4, "ok": 295}, 32) == {"fraud": 1, "ok": 31}
+    quota = allocate({"a": 1, "b": 1, "c": 998}, 10)  # each taken from the largest
+    assert quota == {"a": 1, "b": 1, "c": 8}
+    assert allocate({"a": 1, "b": 1, "c": 998}, 2) == {"a": 0, "b": 0, "c": 2}  # fewer items than labels: proportional
+    assert allocate({"a": 0, "b": 50}, 10) == {"a": 0, "b": 10}  # a label the split lacks gets none
+    for total in (32, 97, 512):  # every label already drawn: the largest-remainder allocation, unchanged
+        exact = {label: total * c / 1000 for label, c in COUNTS.items()}
+        floor = {label: int(v) for label, v in exact.items()}
+        ranked = sorted(COUNTS, key=lambda label: (-(exact[label] - floor[label]), -COUNTS[label], label))
+        hamilton = {label: floor[label] + (label in ranked[: total - sum(floor.values())]) for label in COUNTS}
+        assert allocate(COUNTS, total) == hamilton
+    # 5 items of 5 grades: grade 3 (0.3 of an item) takes one from grade 2, the only label drawn twice
+    assert allocate(COUNTS, 5) == {"1": 1, "2": 1, "3": 1, "4": 1, "5": 1}
+
+
 def test_limited_samples_of_a_sorted_file_hold_every_label_in_proportion(sorted_csv, tmp_path):
     run = tmp_path / "run"
     data = prepare_data(options(sorted_csv, limit=200), run)

@@ -29,7 +29,13 @@ _NOISE_STREAM = 104_729
 def allocate(counts: dict[str, int], total: int) -> dict[str, int]:
     """Items per label for a sample of ``total`` from strata of ``counts`` items: proportional
     allocation by the largest-remainder method (Hamilton), so each label gets ⌊total·share⌋ or
-    one more, never more than it has; ties go to the larger stratum, then to the label name."""
+    one more, never more than it has; ties go to the larger stratum, then to the label name.
+
+    A label the split holds keeps at least one item while ``total`` covers every such label: a
+    label at 1% of a split would otherwise get none in a 32-item sample, and balanced accuracy,
+    a threshold or an offset chosen on that sample would not see it. Each such item comes from
+    the label with the most items in the sample, so an allocation that already has every label
+    is the proportional one."""
     n = sum(counts.values())
     if total >= n:
         return dict(counts)
@@ -38,6 +44,12 @@ def allocate(counts: dict[str, int], total: int) -> dict[str, int]:
     order = sorted(counts, key=lambda label: (-(exact[label] - out[label]), -counts[label], label))
     for label in order[: total - sum(out.values())]:
         out[label] += 1
+    present = [label for label in sorted(counts) if counts[label] > 0]
+    if total >= len(present):
+        for label in (label for label in present if out[label] == 0):
+            donor = max(present, key=lambda other: (out[other], other))
+            out[donor] -= 1
+            out[label] = 1
     return out
 
 
