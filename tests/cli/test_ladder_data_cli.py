@@ -113,3 +113,27 @@ def test_the_gpu_budget_is_refused_where_torch_sees_no_gpu(tmp_path, monkeypatch
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # a GPU machine builds the budget's recipe
     recipe = data_recipe(str(tmp_path / "reviews.csv"), budget="gpu", **args)
     assert recipe.defaults["rl"]["group_size"] == 8 and recipe.model == "tiny-random"
+
+
+def test_positive_names_the_binary_label_the_sweep_reads_and_the_table_says_which(tmp_path):
+    import pytest
+    from rich.console import Console
+
+    from labelrl.cli.ladder import comparison_tables, data_recipe
+
+    with open(tmp_path / "rare.csv", "w", newline="", encoding="utf-8") as handle:
+        csv.writer(handle).writerows([["message", "flag"], *[[f"message {i}", "fraud" if i % 10 == 0 else "ok"]
+                                                              for i in range(100)]])
+    args = dict(budget="smoke", model=None, text_col=["message"], label_col="flag", labels=None, kind=None, rubric=None,
+                on_bad_row="error", delimiter=None, sets=[])
+    default = data_recipe(str(tmp_path / "rare.csv"), **args)
+    assert default.tasks["rare"].positive_label is None  # the loader's rule: the second in sorted order, "ok"
+    chosen = data_recipe(str(tmp_path / "rare.csv"), positive="FRAUD", **args)  # spelled as the data spells it
+    assert chosen.tasks["rare"].positive_label == "fraud"
+    with pytest.raises(ValueError, match="positive='maybe'"):
+        data_recipe(str(tmp_path / "rare.csv"), positive="maybe", **args)
+    state = {"tasks": {"rare": {"data": "rare.csv", "kind": "binary", "positive_label": "fraud", "arms": {}}}}
+    console = Console(record=True, width=200)
+    for table in comparison_tables(state):
+        console.print(table)
+    assert "rare: rare.csv (binary, positive label fraud)" in console.export_text()

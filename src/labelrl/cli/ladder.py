@@ -171,7 +171,8 @@ def comparison_tables(state: dict) -> list[Table]:
                     if arm.get("status") in ("failed", "skipped")]
         caption += _collapse_notes(task)
         caption += [f"{name}: {note}" for name, arm in task["arms"].items() if (note := tune_note(arm))]
-        table = Table(title=f"{task_name}: {task['data']} ({task.get('kind')}), 95% intervals in the report",
+        kind = f"{task.get('kind')}" + (f", positive label {task['positive_label']}" if task.get("positive_label") else "")
+        table = Table(title=f"{task_name}: {task['data']} ({kind}), 95% intervals in the report",
                       title_justify="left", caption="\n".join(caption) or None, caption_justify="left")
         table.add_column("arm", no_wrap=True)  # cut to "dr_grpo@…", a name no longer says which seed
         table.add_column("status")
@@ -227,7 +228,7 @@ def replicate_means(task: dict, keys: list[str]) -> dict[str, dict]:
 
 def data_recipe(data: str, *, budget: str, model: str | None, text_col: list[str], label_col: str | None,
                 labels: str | None, kind: str | None, rubric: Path | None, on_bad_row: str, delimiter: str | None,
-                sets: list[str], encoding: str = "utf-8"):
+                sets: list[str], encoding: str = "utf-8", positive: str | None = None):
     """The default recipe for ``--data`` (labelrl.ladder.default_recipe), validated with ``--set``."""
     from labelrl.data.load import load_dataset
     from labelrl.data.prompts import longest_answer
@@ -244,11 +245,12 @@ def data_recipe(data: str, *, budget: str, model: str | None, text_col: list[str
                              "use --budget cpu (sized for a CPU: SmolLM2 with LoRA, three seeds), or run on a machine "
                              "with a GPU")
     dataset = load_dataset(data, text_cols=text_col or None, label_col=label_col, labels=labels, kind=kind,
-                           on_bad_row=on_bad_row, delimiter=delimiter, encoding=encoding)
+                           positive=positive, on_bad_row=on_bad_row, delimiter=delimiter, encoding=encoding)
     spec = budget_model(budget, model)  # RL's token cap must hold the longest answer in this model's tokens
     answer = longest_answer(load_tokenizer(spec), dataset.labels)[0] if spec else None
     raw = default_recipe(data, kind=dataset.labels.kind, labels=list(dataset.labels.labels), budget=budget, model=model,
                          answer_tokens=answer, text_col=text_col or None, label_col=label_col, label_list=labels, rubric=rubric,
+                         positive=dataset.labels.positive if positive else None,
                          data_options={"on_bad_row": on_bad_row if on_bad_row != "error" else None, "delimiter": delimiter,
                                        "encoding": encoding if encoding != "utf-8" else None})
     return recipe_from_dict(raw, f"--data {data}", Path.cwd(), sets=sets)
@@ -269,6 +271,7 @@ def register(app: typer.Typer) -> None:
         label_col: Optional[str] = typer.Option(None, "--label-col", help="With --data: the label column.", show_default=False),
         labels: Optional[str] = typer.Option(None, "--labels", help="With --data: the label set, comma-separated, in grade order for ordinal labels.", show_default=False),
         kind: Optional[str] = typer.Option(None, "--kind", help="With --data: binary, categorical or ordinal (inferred when omitted).", show_default=False),
+        positive: Optional[str] = typer.Option(None, "--positive", metavar="LABEL", help="With --data, binary labels: the positive label, whose recall and precision the sweep and the verdict's operating points read (default: the second in sorted order, e.g. spam of ham/spam, ok of fraud/ok).", show_default=False),
         rubric: Optional[Path] = typer.Option(None, "--rubric", help="With --data: a Markdown file with the labelling rules, shown in every prompt.", show_default=False),
         on_bad_row: str = typer.Option("error", "--on-bad-row", help="With --data: stop on a malformed row, or skip it and save the list.", metavar="error|skip"),
         delimiter: Optional[str] = typer.Option(None, "--delimiter", help="With --data, CSV files: the delimiter (sniffed from the header when omitted).", show_default=False),
@@ -288,7 +291,7 @@ def register(app: typer.Typer) -> None:
             try:
                 built = data_recipe(data, budget=budget, model=model, text_col=text_col or [], label_col=label_col,
                                     labels=labels, kind=kind, rubric=rubric, on_bad_row=on_bad_row, delimiter=delimiter,
-                                    encoding=encoding, sets=precision_sets(precision, set_))
+                                    encoding=encoding, sets=precision_sets(precision, set_), positive=positive)
             except (ValueError, FileNotFoundError) as exc:
                 fail(str(exc))
             out = out or Path("runs") / f"{built.name}-{budget}"

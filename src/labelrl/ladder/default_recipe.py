@@ -81,12 +81,13 @@ _SCALE = {
 def default_recipe(data: str | Path, *, kind: str, labels: list[str], budget: str = "smoke", model: str | None = None,
                    text_col: list[str] | None = None, label_col: str | None = None, label_list: str | None = None,
                    rubric: Path | None = None, name: str | None = None, data_options: dict | None = None,
-                   tune: dict | None = None, answer_tokens: int | None = None) -> dict:
+                   tune: dict | None = None, answer_tokens: int | None = None, positive: str | None = None) -> dict:
     """The recipe (a plain dict, as YAML would give) for a dataset of ``kind`` with ``labels``;
     ``data_options`` (e.g. ``on_bad_row``, ``delimiter``) go to the task as they are; ``tune``
     (``{"sft": GRID, "rl": GRID}``, default: the budget's) the matched grids of the module docstring;
     ``answer_tokens``: the longest ``<answer>LABEL</answer>`` in the model's tokens
-    (``labelrl.data.prompts.longest_answer``), which RL's token cap is raised to hold."""
+    (``labelrl.data.prompts.longest_answer``), which RL's token cap is raised to hold; ``positive``:
+    a binary task's positive label (the task's ``positive_label``; default the second label)."""
     model = budget_model(budget, model)
     scale = copy.deepcopy(_SCALE[budget])
     if answer_tokens is not None:
@@ -99,7 +100,8 @@ def default_recipe(data: str | Path, *, kind: str, labels: list[str], budget: st
     path = Path(data)
     source = str(path.resolve()) if path.exists() else str(data)  # a file, or a built-in dataset's name
     task: dict = {"data": source, **scale["task"]}
-    for key, value in (("text_col", text_col), ("label_col", label_col), ("labels", label_list), ("kind", kind)):
+    for key, value in (("text_col", text_col), ("label_col", label_col), ("labels", label_list), ("kind", kind),
+                       ("positive_label", positive)):
         if value:
             task[key] = value
     if rubric is not None:
