@@ -115,7 +115,7 @@ def test_the_gpu_budget_is_refused_where_torch_sees_no_gpu(tmp_path, monkeypatch
     assert recipe.defaults["rl"]["group_size"] == 8 and recipe.model == "tiny-random"
 
 
-def test_positive_names_the_binary_label_the_sweep_reads_and_the_table_says_which(tmp_path):
+def test_positive_names_the_binary_label_the_sweep_reads_and_the_table_says_which(tmp_path, capsys):
     import pytest
     from rich.console import Console
 
@@ -128,8 +128,11 @@ def test_positive_names_the_binary_label_the_sweep_reads_and_the_table_says_whic
                 on_bad_row="error", delimiter=None, sets=[])
     default = data_recipe(str(tmp_path / "rare.csv"), **args)
     assert default.tasks["rare"].positive_label is None  # the loader's rule: the second in sorted order, "ok"
+    said = " ".join(capsys.readouterr().out.split())  # "ok" is 90% of the rows: the user is told how to choose
+    assert "positive label: ok (the second in sorted order), 90% of the rows" in said and "--positive fraud" in said
     chosen = data_recipe(str(tmp_path / "rare.csv"), positive="FRAUD", **args)  # spelled as the data spells it
     assert chosen.tasks["rare"].positive_label == "fraud"
+    assert "positive label:" not in capsys.readouterr().out  # named: nothing to say
     with pytest.raises(ValueError, match="positive='maybe'"):
         data_recipe(str(tmp_path / "rare.csv"), positive="maybe", **args)
     state = {"tasks": {"rare": {"data": "rare.csv", "kind": "binary", "positive_label": "fraud", "arms": {}}}}

@@ -246,6 +246,8 @@ def data_recipe(data: str, *, budget: str, model: str | None, text_col: list[str
                              "with a GPU")
     dataset = load_dataset(data, text_cols=text_col or None, label_col=label_col, labels=labels, kind=kind,
                            positive=positive, on_bad_row=on_bad_row, delimiter=delimiter, encoding=encoding)
+    if dataset.labels.kind == "binary" and not positive:
+        note_positive(dataset.labels.positive_label, dataset.label_counts())
     spec = budget_model(budget, model)  # RL's token cap must hold the longest answer in this model's tokens
     answer = longest_answer(load_tokenizer(spec), dataset.labels)[0] if spec else None
     raw = default_recipe(data, kind=dataset.labels.kind, labels=list(dataset.labels.labels), budget=budget, model=model,
@@ -254,6 +256,17 @@ def data_recipe(data: str, *, budget: str, model: str | None, text_col: list[str
                          data_options={"on_bad_row": on_bad_row if on_bad_row != "error" else None, "delimiter": delimiter,
                                        "encoding": encoding if encoding != "utf-8" else None})
     return recipe_from_dict(raw, f"--data {data}", Path.cwd(), sets=sets)
+
+
+def note_positive(positive: str, counts: dict[str, int]) -> None:
+    """Say so when the positive label the loader's rule picked (the second in sorted order) is the
+    majority: a detection task's positive label is usually the rare one ("ok" of fraud/ok)."""
+    share = counts.get(positive, 0) / max(1, sum(counts.values()))
+    other = next((label for label in counts if label != positive), None)
+    if share > 0.5 and other is not None:
+        console.print(f"positive label: {positive} (the second in sorted order), {share:.0%} of the rows; the sweep and "
+                      f"the verdict's operating points read its recall and precision. If {other} is the label to "
+                      f"detect, add --positive {other}", highlight=False)
 
 
 def register(app: typer.Typer) -> None:

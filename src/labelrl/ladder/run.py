@@ -254,7 +254,7 @@ def prepare_task(task: TaskSpec, task_dir: Path, seed: int, run_seeds: list[int]
     splits = load_or_make_splits(dataset, task_dir, seed=task.split_seed, ratios=options.ratios())
     samples = record_samples(task, dataset, splits, task_dir, run_seeds or [seed])
     labels = list(dataset.labels.labels)
-    positive = task.positive_label or (dataset.labels.positive_label() if dataset.labels.kind == "binary" else None)
+    positive = task.positive_label or (dataset.labels.positive_label if dataset.labels.kind == "binary" else None)
     if positive is not None and positive not in labels:
         raise ValueError(f"positive_label {positive!r}: not a label of {task.data} ({', '.join(labels)})")
     audit_path = task_dir / "audit.json"
