@@ -193,7 +193,8 @@ def comparison_tables(state: dict) -> list[Table]:
             failed = _fmt(arm.get("train"), "failed_positive_frac") if arm.get("train") else ""
             table.add_row(_arm_label(arm_name, arm), _status(arm), *cells, *ood, failed)
             for rl, matched in (arm.get("matched") or {}).items():  # a threshold arm's recall-matched thresholds
-                table.add_row(f"{arm_name} → {rl} recall", "derived", "", *[_fmt(matched.get("holdout"), k) for _, k in columns[1:]],
+                # under its threshold arm's row: "→ grpo@s0 recall" (the name again would widen the column)
+                table.add_row(f"  → {rl} recall", "derived", "", *[_fmt(matched.get("holdout"), k) for _, k in columns[1:]],
                               *["" for _ in task.get("ood", [])], "")
         for group, values in replicate_means(task, [k for _, k in columns[1:]]).items():
             table.add_row(group, f"mean ± sd of {values['n']} seeds", "", *values["cells"], *["" for _ in task.get("ood", [])], "")
