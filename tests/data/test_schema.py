@@ -27,6 +27,7 @@ GOOD = [{"text": "fine", "label": "a"}, {"text": "also fine", "label": "b"}]
         ({"text": "x"}, "label", "None", "missing label"),
         ({"text": "x", "label": None}, "label", "None", "missing label"),
         ({"text": "x", "label": "  "}, "label", "'  '", "missing label"),
+        ({"text": "x", "label": "NaN"}, "label", "'NaN'", "missing label (NaN is how a missing value prints)"),
         ({"text": "x", "label": ["a"]}, "label", "['a']", "label must be a string or number, got list"),
         ({"text": "   ", "label": "a"}, "text", "'   '", "empty text"),
         ({"label": "a"}, "text", "None", "missing text"),

@@ -213,6 +213,9 @@ def _draft(row: int, values: dict[str, Any], spec: ColumnSpec) -> _Draft | RowPr
     label = _scalar_value(row, spec.label_col, raw_label, "label", "give every row a label")
     if isinstance(label, RowProblem):
         return label
+    if label.lower() == "nan":  # a missing value as pandas prints it (str(float("nan"))), not a class
+        return RowProblem(row, spec.label_col, raw_label, "missing label (NaN is how a missing value prints)",
+                          "give every row a label")
     label = _unwrap_answer(label)
     if len(fields) == 1:
         text = next(iter(fields.values()))
