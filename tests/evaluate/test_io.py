@@ -30,6 +30,20 @@ def test_parquet_round_trip_keeps_label_space_and_provenance(tmp_path):
     assert np.allclose(back.scores(), binary_predictions().scores())
 
 
+def test_a_parquet_read_with_the_other_positive_label_scores_that_labels_probability(tmp_path):
+    # written with "yes" positive (score = P(yes)); read with "no" positive, the score is P(no),
+    # so the ROC of "no" is the mirror of the ROC of "yes", not a ranking turned upside down
+    path = write_predictions(binary_predictions(), tmp_path / "p.parquet")
+    back = read_predictions(path, positive_label="no")
+    assert back.labels.positive_label == "no"
+    assert np.allclose(back.table.column("score").to_pylist(), [0.8, 0.1, 0.5])
+    assert np.allclose(back.scores(), binary_predictions().scores())  # P(yes), P(no) per row, as written
+    assert np.allclose(read_predictions(path, positive_label="yes").scores(), binary_predictions().scores())
+    # written back, the file says which label its score is the probability of
+    again = read_predictions(write_predictions(back, tmp_path / "again.parquet"))
+    assert again.labels.positive_label == "no" and np.allclose(again.scores(), binary_predictions().scores())
+
+
 def test_csv_from_elsewhere_infers_labels_and_positive(tmp_path):
     path = tmp_path / "p.csv"
     path.write_text("id,label,prediction,score\n1,0,1,0.7\n2,1,1,0.9\n3,0,,0.2\n", encoding="utf-8")

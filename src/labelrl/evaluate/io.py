@@ -195,6 +195,13 @@ def read_predictions(path: str | Path, *, positive_label: str | None = None) -> 
         names = tuple(meta["labels"])
         positive = _positive(names, meta["kind"], positive_label, path) or meta.get("positive")
         space = LabelSpace(names, kind=meta["kind"], positive=positive)
+        written = LabelSpace(names, kind=meta["kind"], positive=meta.get("positive"))
+        if space.kind == "binary" and space.positive_label != written.positive_label and SCORE in table.column_names:
+            # the file's score is P(the positive label it was written with); read with the other
+            # label as positive, the score must be that label's probability
+            at = table.column_names.index(SCORE)
+            other = 1.0 - table.column(SCORE).to_numpy(zero_copy_only=False).astype(np.float64)
+            table = table.set_column(at, SCORE, pa.array(other, pa.float64()))
     else:
         space = _infer_space(table, path, positive_label)
     for column in ("label", "prediction"):
