@@ -3,6 +3,7 @@ injected on the training split only."""
 
 from __future__ import annotations
 
+import json
 import math
 from collections import Counter
 
@@ -10,7 +11,7 @@ import pytest
 
 from labelrl.data.options import DataOptions
 from labelrl.data.prepare import LABEL_NOISE_FILE, SAMPLES_DIR, prepare_data
-from labelrl.data.sample import allocate, flip_labels, sample_examples
+from labelrl.data.sample import allocate, allocate_balanced, flip_labels, sample_examples
 from labelrl.data.split import load_or_make_splits, select
 from labelrl.evaluate.setup import load_eval_data
 from labelrl.types import Example
@@ -57,6 +58,51 @@ def test_a_rare_label_keeps_one_item_in_a_small_sample_and_common_shapes_keep_th
         assert allocate(COUNTS, total) == hamilton
     # 5 items of 5 grades: grade 3 (0.3 of an item) takes one from grade 2, the only label drawn twice
     assert allocate(COUNTS, 5) == {"1": 1, "2": 1, "3": 1, "4": 1, "5": 1}
+
+
+def test_a_balanced_allocation_gives_each_label_an_equal_share_or_all_it_has():
+    assert allocate_balanced(COUNTS, 250) == {g: 50 for g in GRADES}
+    # grade 3 has 60: all of them, the other 300 − 60 shared by four grades
+    assert allocate_balanced(COUNTS, 300) == {"1": 60, "2": 60, "3": 60, "4": 60, "5": 60}
+    assert allocate_balanced(COUNTS, 320) == {"1": 65, "2": 65, "3": 60, "4": 65, "5": 65}
+    # a 2% label: every one of its 49 items, the rest to the other label
+    assert allocate_balanced({"fraud": 49, "ok": 2351}, 320) == {"fraud": 49, "ok": 271}
+    # a remainder of fewer items than labels goes to the labels with the most items left, then by name
+    assert allocate_balanced({"a": 10, "b": 10, "c": 30}, 8) == {"a": 3, "b": 2, "c": 3}
+    assert allocate_balanced({"a": 0, "b": 50}, 10) == {"a": 0, "b": 10}  # a label the split lacks gets none
+    assert allocate_balanced({"a": 3, "b": 1}, 10) == {"a": 3, "b": 1}
+    # max-min fair on random shapes: the right total, within the strata, and a label short of its
+    # items never more than one item behind any other label
+    import random
+
+    rng = random.Random(0)
+    for _ in range(300):
+        counts = {f"l{i}": rng.choice([0, 1, 2, 5, 40, 300]) for i in range(rng.randint(2, 6))}
+        total = rng.randint(1, sum(counts.values()) + 3)
+        quota = allocate_balanced(counts, total)
+        assert sum(quota.values()) == min(total, sum(counts.values())), (counts, total, quota)
+        assert all(0 <= quota[k] <= counts[k] for k in counts)
+        for a in counts:
+            if quota[a] < counts[a]:
+                assert all(quota[a] >= quota[b] - 1 for b in counts), (counts, total, quota)
+
+
+def test_a_balanced_training_sample_is_what_sft_rl_and_the_train_split_evaluation_use(sorted_csv, tmp_path):
+    run = tmp_path / "run"
+    data = prepare_data(options(sorted_csv, limit=200, train_sample="balanced"), run)
+    assert Counter(ex.label for ex in data.train) == {g: 40 for g in GRADES}
+    record = json.loads((run / SAMPLES_DIR / "train.json").read_text())
+    assert record["draw"] == "balanced" and record["label_counts"] == {g: 40 for g in GRADES}
+    # scoring the train split draws the items trained on (distillation survival, the residue)
+    scored = load_eval_data(options(sorted_csv, train_sample="balanced"), run, "train", limit=200).examples
+    assert [ex.id for ex in scored] == [ex.id for ex in data.train]
+    # val and holdout samples stay stratified: they measure the split as it is
+    val = Counter(ex.label for ex in load_eval_data(options(sorted_csv, train_sample="balanced"), run, "val", limit=50).examples)
+    assert val == Counter(ex.label for ex in load_eval_data(options(sorted_csv), run, "val", limit=50).examples)
+    assert val["3"] < val["2"]
+    # the default draw is stratified, and says so
+    prepare_data(options(sorted_csv, limit=200), tmp_path / "strat")
+    assert json.loads((tmp_path / "strat" / SAMPLES_DIR / "train.json").read_text())["draw"] == "stratified"
 
 
 def test_limited_samples_of_a_sorted_file_hold_every_label_in_proportion(sorted_csv, tmp_path):

@@ -109,6 +109,33 @@ def test_the_noise_recipe_seeds_its_flips_by_run_so_replicates_train_on_other_wr
     assert all(flipped.values())
 
 
+def test_the_demos_balanced_training_sample_is_every_arms_and_the_tasks_record(tmp_path):
+    """The demo draws its 320 training items label-balanced: samples.json records the draw, and
+    every SFT and RL run of a seed trains on those items (the runs draw their sample themselves,
+    from the options the ladder hands them)."""
+    import json
+    import shutil
+    from collections import Counter
+
+    from labelrl.data.prepare import prepare_data
+    from labelrl.ladder.run import prepare_task
+
+    recipe = load_recipe("demo", sets=["tasks.spam.audit=false"])
+    task_dir = tmp_path / "spam"
+    prepare_task(recipe.tasks["spam"], task_dir, recipe.seed, run_seeds=[0, 1, 2])
+    train = json.loads((task_dir / "samples.json").read_text())["train"]
+    assert train["draw"] == "balanced" and train["label_counts"] == {"ham": 160, "spam": 160}
+    assert train["split_label_counts"]["spam"] < train["split_label_counts"]["ham"] / 4
+    for run in ("sft@s0", "sft@s2", "grpo@s1"):
+        cfg = arm_config(recipe, "spam", run, tmp_path)
+        assert cfg.train_sample == "balanced"
+        cfg.out.mkdir(parents=True)
+        shutil.copyfile(task_dir / "splits.json", cfg.out / "splits.json")  # as the ladder does
+        data = prepare_data(cfg, cfg.out, write=False)
+        assert [ex.id for ex in data.train] == train["ids"], run
+        assert Counter(ex.label for ex in data.train) == {"ham": 160, "spam": 160}
+
+
 @pytest.mark.parametrize("name", ["noise", "reasoning"])
 def test_the_noise_and_reasoning_recipes_are_measured_as_the_demo_measures_sms_spam(tmp_path, name):
     """Issue-49 habit for every shipped recipe: each trained arm on 3 seeds, tuned and scored on the
@@ -119,6 +146,7 @@ def test_the_noise_and_reasoning_recipes_are_measured_as_the_demo_measures_sms_s
     for task_name, task in recipe.tasks.items():
         assert task.data == spam.data == "sms-spam"
         assert (task.seeds, task.eval_limit, task.holdout_limit) == (spam.seeds, None, None), task_name
+        assert (task.limit, task.train_sample) == (spam.limit, spam.train_sample) == (320, "balanced"), task_name
         sft = arm_config(recipe, task_name, "sft@s1", tmp_path)
         demo_sft = arm_config(demo, "spam", "sft@s1", tmp_path)
         assert (sft.prompt_sampling, sft.eval_every, sft.max_steps) == (demo_sft.prompt_sampling, 0, demo_sft.max_steps) == ("balanced", 0, 40)

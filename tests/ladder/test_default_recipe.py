@@ -25,6 +25,7 @@ def test_the_cpu_budget_is_measured_as_the_demo_is(tmp_path):
     # val and holdout samples of 512 (a split's whole when smaller), as the demo scores vader-movies
     assert task["eval_limit"] == task["holdout_limit"] == movies["eval_limit"] == movies["holdout_limit"] == 512
     assert task["limit"] == spam["limit"]
+    assert task["train_sample"] == spam["train_sample"] == movies["train_sample"] == "balanced"
     # every training option the demo sets, its grid aside
     for family in ("sft", "rl"):
         ours = raw["defaults"][family]

@@ -21,6 +21,21 @@ def test_the_most_frequent_label_and_the_first_label_on_a_tie():
     assert majority_label({"2": 4}, ["1", "2", "3"]) == "2"
 
 
+def test_a_balanced_training_sample_takes_the_majority_from_the_train_split(tmp_path):
+    import json
+
+    from labelrl.ladder.majority import _task_label
+
+    train = {"draw": "balanced", "label_counts": {"ham": 160, "spam": 160}, "split_label_counts": {"ham": 3800, "spam": 580}}
+    (tmp_path / "samples.json").write_text(json.dumps({"train": train}))
+    # equal counts would give the tie to the first label whichever is the majority: here "spam" first
+    assert _task_label(tmp_path, ["spam", "ham"]) == "ham"
+    train["draw"] = "stratified"
+    train["label_counts"] = {"ham": 40, "spam": 280}  # a stratified sample's own counts are read
+    (tmp_path / "samples.json").write_text(json.dumps({"train": train}))
+    assert _task_label(tmp_path, ["spam", "ham"]) == "spam"
+
+
 def test_no_counts_are_refused_with_the_fix():
     with pytest.raises(ValueError, match="label counts \\{\\} hold none of the labels \\['ham', 'spam'\\]"):
         majority_label({}, ["ham", "spam"])

@@ -134,3 +134,14 @@ def test_unknown_recipe_and_bad_yaml(tmp_path):
         load_recipe(_write(tmp_path, {**_recipe(), "version": 9}))
     with pytest.raises(ValueError, match="--fast needs a `fast:` section"):
         load_recipe(_write(tmp_path, _recipe()), fast=True)
+
+
+def test_a_distill_arm_distills_the_training_sample_the_task_draws(tmp_path):
+    """A distill arm draws its items with the task's limit and train_sample, so with a
+    label-balanced sample it distills the items the SFT arms train on."""
+    raw = _recipe(sft={"type": "sft"}, d={"type": "distill", "teacher": "sft"})
+    raw["tasks"]["toy"].update(limit=40, train_sample="balanced")
+    recipe = load_recipe(_write(tmp_path, raw))
+    distill = arm_config(recipe, "toy", "d", tmp_path)
+    sft = arm_config(recipe, "toy", "sft", tmp_path)
+    assert (distill.limit, distill.train_sample) == (sft.limit, sft.train_sample) == (40, "balanced")

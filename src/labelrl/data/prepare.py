@@ -60,7 +60,8 @@ def prepare_data(cfg: DataOptions, run_dir: Path, *, write: bool = True) -> RunD
     if not train:
         raise ValueError(f"--data {cfg.data}: the train split is empty; use more data or other --split-ratios")
     drawn = draw_training_sample(train, dataset.labels.labels, limit=cfg.limit, split_seed=splits.seed,
-                                 rate=cfg.label_noise, noise_seed=cfg.label_noise_seed, run_seed=getattr(cfg, "seed", None))
+                                 rate=cfg.label_noise, noise_seed=cfg.label_noise_seed, run_seed=getattr(cfg, "seed", None),
+                                 balanced=cfg.train_sample == "balanced")
     sample = drawn.examples
     if write and drawn.noise is not None:
         atomic_write_json(run_dir / LABEL_NOISE_FILE, drawn.noise)
@@ -86,8 +87,10 @@ class TrainingSample:
 
 
 def draw_training_sample(train: list[Example], labels: Sequence[str], *, limit: int | None, split_seed: int,
-                         rate: float, noise_seed: str = "split", run_seed: int | None = None) -> TrainingSample:
-    """The training sample of a run, with a share ``rate`` of its labels flipped.
+                         rate: float, noise_seed: str = "split", run_seed: int | None = None,
+                         balanced: bool = False) -> TrainingSample:
+    """The training sample of a run, with a share ``rate`` of its labels flipped; ``balanced``:
+    drawn label-balanced rather than stratified (``labelrl.data.sample.allocate_balanced``).
 
     ``noise_seed="split"``: the whole train split is flipped with the split seed, then the sample
     is drawn (stratified by the flipped labels): every run of the splits, whatever its seed,
@@ -97,11 +100,11 @@ def draw_training_sample(train: list[Example], labels: Sequence[str], *, limit: 
     visit" versus noise that changes from run to run."""
     if rate > 0 and noise_seed == "split":
         pool, flips = flip_labels(train, labels, rate, split_seed)
-        sample = sample_examples(pool, limit, split_seed)
-        return TrainingSample(sample, sample_record("train", sample, pool, seed=split_seed, limit=limit),
+        sample = sample_examples(pool, limit, split_seed, balanced=balanced)
+        return TrainingSample(sample, sample_record("train", sample, pool, seed=split_seed, limit=limit, balanced=balanced),
                               noise_record(rate, split_seed, len(pool), flips, noise_seed))
-    sample = sample_examples(train, limit, split_seed)
-    record = sample_record("train", sample, train, seed=split_seed, limit=limit)
+    sample = sample_examples(train, limit, split_seed, balanced=balanced)
+    record = sample_record("train", sample, train, seed=split_seed, limit=limit, balanced=balanced)
     if rate == 0:
         return TrainingSample(sample, record, None)
     if run_seed is None:

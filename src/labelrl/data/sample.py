@@ -7,6 +7,12 @@ seeded random sample stratified by label instead, so every label keeps its share
 (within one item), and the same split, seed and limit give the same items to every arm of a
 task, which is what lets two arms be compared item by item.
 
+A training sample may instead be drawn label-balanced (``train_sample: balanced``): each label an
+equal share of the limit, all of its items when it has fewer, the rest shared among the others.
+A run that draws its items label-balanced (``prompt_sampling: balanced``) then repeats many items
+of a rare label rather than the few a proportional sample keeps: a 320-item sample of a split
+with 49 items of a 2% label holds 7 of them, which balanced SFT draws 160 times.
+
 ``flip_labels`` is the label-noise control: it flips a seeded random share ε of the training
 labels, each to one of the other labels uniformly (symmetric noise, the model behind
 d = 2ε(1−ε) in ``labelrl.audit.noise``); val and holdout are never touched.
@@ -53,8 +59,34 @@ def allocate(counts: dict[str, int], total: int) -> dict[str, int]:
     return out
 
 
-def sample_examples(examples: Sequence[Example], limit: int | None, seed: int) -> list[Example]:
-    """A seeded random sample of ``limit`` examples stratified by label, in their original order.
+def allocate_balanced(counts: dict[str, int], total: int) -> dict[str, int]:
+    """Items per label for a label-balanced sample of ``total``: each label an equal share, all of
+    its items when it has fewer, what those leave shared equally among the others (water-filling),
+    a remainder of fewer items than labels going to the labels with the most items left, then by
+    name. A label with no items gets none."""
+    n = sum(counts.values())
+    if total >= n:
+        return dict(counts)
+    out = {label: 0 for label in counts}
+    left = total
+    open_ = sorted(label for label in counts if counts[label] > 0)
+    while left and open_:
+        share = left // len(open_)
+        if share == 0:
+            for label in sorted(open_, key=lambda label: (-(counts[label] - out[label]), label))[:left]:
+                out[label] += 1
+            break
+        for label in open_:
+            take = min(share, counts[label] - out[label])
+            out[label] += take
+            left -= take
+        open_ = [label for label in open_ if out[label] < counts[label]]
+    return out
+
+
+def sample_examples(examples: Sequence[Example], limit: int | None, seed: int, *, balanced: bool = False) -> list[Example]:
+    """A seeded random sample of ``limit`` examples stratified by label, in their original order;
+    ``balanced``: each label an equal share instead of its share of the split (``allocate_balanced``).
 
     All of them when ``limit`` is None or at least their number. Within each label the items are
     chosen by ``random.Random(seed + offset)`` over the items sorted by id, so the sample does not
@@ -66,7 +98,7 @@ def sample_examples(examples: Sequence[Example], limit: int | None, seed: int) -
     by_label: dict[str, list[Example]] = {}
     for ex in sorted(examples, key=lambda e: e.id):
         by_label.setdefault(ex.label, []).append(ex)
-    quota = allocate({label: len(items) for label, items in by_label.items()}, limit)
+    quota = (allocate_balanced if balanced else allocate)({label: len(items) for label, items in by_label.items()}, limit)
     rng = random.Random(seed * 1_000_003 + _SAMPLE_STREAM)
     chosen: set[str] = set()
     for label in sorted(by_label):
@@ -74,10 +106,13 @@ def sample_examples(examples: Sequence[Example], limit: int | None, seed: int) -
     return [ex for ex in examples if ex.id in chosen]
 
 
-def sample_record(split: str, sample: Sequence[Example], full: Sequence[Example], *, seed: int, limit: int | None) -> dict:
-    """What a run saves about a sample: its ids, and its label counts next to the full split's."""
+def sample_record(split: str, sample: Sequence[Example], full: Sequence[Example], *, seed: int, limit: int | None,
+                  balanced: bool = False) -> dict:
+    """What a run saves about a sample: how it was drawn, its ids, and its label counts next to the
+    full split's."""
     return {
-        "split": split, "seed": seed, "limit": limit, "n": len(sample), "n_split": len(full),
+        "split": split, "seed": seed, "limit": limit, "draw": "balanced" if balanced else "stratified",
+        "n": len(sample), "n_split": len(full),
         "label_counts": dict(sorted(Counter(ex.label for ex in sample).items())),
         "split_label_counts": dict(sorted(Counter(ex.label for ex in full).items())),
         "ids": [ex.id for ex in sample],

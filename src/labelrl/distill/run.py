@@ -27,6 +27,7 @@ class DistillConfig(BaseModel):
     keep: Literal["first", "all"] = Field("first", description="Keep the first matching trace of an item, or every matching one.")
     rubric: Optional[Path] = Field(None, description="Text or Markdown file with the labelling rules, shown to the teacher.")
     limit: Optional[int] = Field(None, ge=1, description="Distill a random sample of N items, stratified by label (seeded by --split-seed).")
+    train_sample: Literal["stratified", "balanced"] = Field("stratified", description="How --limit draws the items: each label its share (stratified) or an equal share, all of a label's items when it has fewer (balanced): the training sample of sft and rl runs with the same --train-sample.")
     run_dir: Optional[Path] = Field(None, description="Run directory whose splits to use (made there if absent); without it every item of DATA is used.")
     split: Literal["train", "val", "holdout"] = Field("train", description="With --run-dir: the split whose items get traces.")
     split_seed: int = Field(0, description="With --run-dir: seed of the split (as --split-seed of sft).")
@@ -78,7 +79,7 @@ def load_examples(cfg: DistillConfig):
     if cfg.run_dir is not None:
         splits = load_or_make_splits(dataset, cfg.run_dir, seed=cfg.split_seed, ratios=parse_ratios(cfg.split_ratios))
         examples, seed = select(dataset, splits, cfg.split), splits.seed
-    examples = sample_examples(examples, cfg.limit, seed)
+    examples = sample_examples(examples, cfg.limit, seed, balanced=cfg.train_sample == "balanced")
     if not examples:
         raise ValueError(f"--split {cfg.split}: no items to distill; use more data or another split")
     return examples, dataset.labels

@@ -120,7 +120,10 @@ def load_eval_data(
     The dataset must be the one the splits were made from (same fingerprint). With
     ``label_col``, that column is the answer key instead of the training label column. With
     ``limit``, a random sample of the split stratified by label, seeded by the splits' seed
-    (``labelrl.data.sample``): every model evaluated on these splits gets the same items.
+    (``labelrl.data.sample``): every model evaluated on these splits gets the same items. The
+    train split's sample is drawn as the run's training sample was (``options.train_sample``), so
+    the items scored are the items trained on (without label noise, whose flips change the labels
+    the sample is drawn on).
     """
     if split not in SPLIT_NAMES:
         raise ValueError(f"split {split!r}: evaluate on 'val' or 'holdout' (or 'train', for scores of the training "
@@ -136,7 +139,8 @@ def load_eval_data(
             )
     else:
         splits = load_or_make_splits(dataset, splits_dir, seed=options.split_seed, ratios=options.ratios())
-    examples = sample_examples(select(dataset, splits, split), limit, splits.seed)
+    examples = sample_examples(select(dataset, splits, split), limit, splits.seed,
+                               balanced=split == "train" and options.train_sample == "balanced")
     if not examples:
         raise ValueError(f"split {split!r} is empty in {splits_dir}; use more data or other split ratios")
     if label_col is not None and label_col != options.label_col:

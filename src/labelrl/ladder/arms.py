@@ -90,8 +90,8 @@ def _wiring(recipe: Recipe, task: TaskSpec, task_dir: Path, arm_name: str, *, fo
         return {k: v for k, v in task.data_options().items() if k in keys} | ({"text_col": task.text_col} if task.text_col else {})
     if family == "distill":
         if not forced:
-            keys = ("data", "label_col", "labels", "rubric", "limit", "split_seed", "split_ratios", "on_bad_row", "delimiter",
-                    "encoding")
+            keys = ("data", "label_col", "labels", "rubric", "limit", "train_sample", "split_seed", "split_ratios", "on_bad_row",
+                    "delimiter", "encoding")
             return {k: v for k, v in task.data_options().items() if k in keys} | ({"text_col": task.text_col} if task.text_col else {})
         teacher = str(parent) if parent is not None else str(task_dir / arm.teacher) if arm.teacher in task.arms else arm.teacher
         return {"out": task_dir / arm_name / "traces.jsonl", "run_dir": task_dir, "split": "train", "teacher": teacher}

@@ -53,8 +53,10 @@ _SCALE = {
         # two runs side by side with one thread each (docs/performance.md, "Runs side by side").
         "model": "smollm2-135m-instruct",
         "workers": 2,
-        "task": {"limit": 320, "seeds": [0, 1, 2], "eval_limit": 512, "holdout_limit": 512, "n_boot": 2000,
-                 "generate_eval": False},
+        # The 320 training items drawn label-balanced: a rare label keeps up to 320/K of its items
+        # (all 49 of a 2% label, where its share kept 7, each then drawn about 23 times).
+        "task": {"limit": 320, "train_sample": "balanced", "seeds": [0, 1, 2], "eval_limit": 512, "holdout_limit": 512,
+                 "n_boot": 2000, "generate_eval": False},
         # label-balanced items and prompts: SFT's loss and RL's expected reward then weigh every
         # label as the verdict's balanced accuracy does (docs/algorithms.md, Prompt sampling)
         "sft": {"max_steps": 40, "batch_size": 8, "eval_every": 0, "prompt_sampling": "balanced"},

@@ -1,7 +1,8 @@
 """The majority-class baseline: the constant predictor every table starts from.
 
 The predictor answers the most frequent label of the task's training sample (``samples.json``;
-a tie goes to the first of the task's labels in their order) on every item. Its val and holdout
+of the train split when the sample was drawn label-balanced; a tie goes to the first of the
+task's labels in their order) on every item. Its val and holdout
 metrics come from the shared samples alone: its predictions are a finished arm's predictions
 (the first direct SFT arm's) with every answer replaced by that label, so it uses no model and
 no holdout look. Every trained arm is compared with it, paired on the holdout items
@@ -51,8 +52,9 @@ def _reference_arm(arms: dict[str, dict]) -> str | None:
 
 
 def _task_label(task_dir: Path, labels: Sequence[str]) -> str:
-    samples = json.loads((task_dir / "samples.json").read_text(encoding="utf-8"))
-    return majority_label(samples["train"]["label_counts"], labels)
+    train = json.loads((task_dir / "samples.json").read_text(encoding="utf-8"))["train"]
+    # A balanced sample's counts are equal by construction: the train split's say which label is the majority.
+    return majority_label(train["split_label_counts" if train.get("draw") == "balanced" else "label_counts"], labels)
 
 
 def majority_predictions(task_dir: Path, arms: dict[str, dict], split: str):

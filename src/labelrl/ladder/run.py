@@ -306,7 +306,7 @@ def record_samples(task: TaskSpec, dataset, splits, task_dir: Path, run_seeds: l
     def draw(run_seed: int):
         return draw_training_sample(select(dataset, splits, "train"), dataset.labels.labels, limit=task.limit,
                                     split_seed=splits.seed, rate=task.label_noise, noise_seed=task.label_noise_seed,
-                                    run_seed=run_seed)
+                                    run_seed=run_seed, balanced=task.train_sample == "balanced")
 
     drawn = draw(run_seeds[0])
     if task.label_noise > 0 and task.label_noise_seed == "split":

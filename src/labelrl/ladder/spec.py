@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from labelrl.data.options import parse_ratios, valid_encoding
 
 DATA_KEYS = ("data", "text_col", "label_col", "labels", "kind", "on_bad_row", "delimiter", "encoding", "on_long_item", "limit",
-             "split_seed", "split_ratios", "label_noise", "label_noise_seed", "rubric")
+             "train_sample", "split_seed", "split_ratios", "label_noise", "label_noise_seed", "rubric")
 
 
 class ArmSpec(BaseModel):
@@ -52,7 +52,8 @@ class TaskSpec(BaseModel):
     delimiter: Optional[str] = Field(None, description="CSV files only: the delimiter (sniffed from the header when omitted).")
     encoding: Optional[str] = Field(None, description="CSV and JSONL files: the text encoding, any Python codec name (utf-8 when omitted).")
     on_long_item: Literal["truncate", "skip", "error"] = Field("truncate", description="An item too long to fit: cut its text, leave it out, or stop.")
-    limit: Optional[int] = Field(None, ge=1, description="Training items: a random sample stratified by label, the same for every arm.")
+    limit: Optional[int] = Field(None, ge=1, description="Training items: a random sample stratified by label (or balanced: train_sample), the same for every arm.")
+    train_sample: Literal["stratified", "balanced"] = Field("stratified", description="How limit draws the training sample: each label its share of the train split (stratified) or an equal share, all of a label's items when it has fewer (balanced; with prompt_sampling balanced a rare label then has many items, not a few repeated).")
     split_seed: int = 0
     split_ratios: str = Field("0.8,0.1,0.1", description="Shares of train, val and holdout (e.g. 0.7,0.1,0.2).")
     label_noise: float = Field(0.0, ge=0, lt=1, description="Flip this share of the training labels (val and holdout untouched).")

@@ -126,7 +126,7 @@ def samples_table(task: TaskData) -> list[Block]:
         if not s:
             continue
         counts, full = s.get("label_counts") or {}, s.get("split_label_counts") or {}
-        rows.append([split, "all" if s.get("limit") is None else f"{s.get('limit')} (random, stratified)",
+        rows.append([split, "all" if s.get("limit") is None else f"{s.get('limit')} (random, {s.get('draw', 'stratified')})",
                      f"{s.get('n')} of {s.get('n_split')}", *[f"{counts.get(x, 0)} / {full.get(x, 0)}" for x in labels]])
     caption = (f"{task.name}: the items every arm used (sample / whole split, per label; seed {next(iter(task.samples.values())).get('seed')})"
                + (f"; training labels flipped at rate {task.label_noise:g}" if task.label_noise else "")
