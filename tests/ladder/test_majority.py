@@ -24,16 +24,18 @@ def test_the_most_frequent_label_and_the_first_label_on_a_tie():
 def test_a_balanced_training_sample_takes_the_majority_from_the_train_split(tmp_path):
     import json
 
-    from labelrl.ladder.majority import _task_label
+    from labelrl.ladder.majority import _task_label, counted_from
 
     train = {"draw": "balanced", "label_counts": {"ham": 160, "spam": 160}, "split_label_counts": {"ham": 3800, "spam": 580}}
     (tmp_path / "samples.json").write_text(json.dumps({"train": train}))
     # equal counts would give the tie to the first label whichever is the majority: here "spam" first
     assert _task_label(tmp_path, ["spam", "ham"]) == "ham"
+    assert counted_from(tmp_path) == "train split"  # what the report's note names
     train["draw"] = "stratified"
     train["label_counts"] = {"ham": 40, "spam": 280}  # a stratified sample's own counts are read
     (tmp_path / "samples.json").write_text(json.dumps({"train": train}))
     assert _task_label(tmp_path, ["spam", "ham"]) == "spam"
+    assert counted_from(tmp_path) == "training sample"
 
 
 def test_no_counts_are_refused_with_the_fix():

@@ -10,7 +10,7 @@ import yaml
 from pydantic import ValidationError
 
 from labelrl.ladder.arms import arm_config
-from labelrl.ladder.recipe import apply_set, deep_merge, load_recipe, run_order
+from labelrl.ladder.recipe import apply_set, deep_merge, load_recipe, run_label, run_order
 from labelrl.train.config import RLConfig, SFTConfig
 
 
@@ -145,3 +145,12 @@ def test_a_distill_arm_distills_the_training_sample_the_task_draws(tmp_path):
     distill = arm_config(recipe, "toy", "d", tmp_path)
     sft = arm_config(recipe, "toy", "sft", tmp_path)
     assert (distill.limit, distill.train_sample) == (sft.limit, sft.train_sample) == (40, "balanced")
+
+
+def test_a_runs_label_adds_its_kind_only_where_the_name_does_not_say_it():
+    """One rule for the console's table and the report's legends."""
+    assert run_label("grpo", "grpo") == "grpo"
+    assert run_label("grpo@s1", "grpo", "grpo") == "grpo@s1"  # not "grpo@s1 (grpo)"
+    assert run_label("arm2", "corpo") == "arm2 (corpo)"
+    assert run_label("arm2@s1", "corpo", "arm2") == "arm2@s1 (corpo)"
+    assert run_label("base", None) == "base"

@@ -154,6 +154,7 @@ def comparison_tables(state: dict) -> list[Table]:
     """One table per task: the ceiling, then every arm's val, holdout and out-of-domain figures
     (point estimates; the report has the intervals). Failed and skipped arms' reasons follow, and
     the values each tuned arm chose on val."""
+    from labelrl.ladder.recipe import run_label
     from labelrl.ladder.tune import tune_note
 
     tables = []
@@ -191,7 +192,7 @@ def comparison_tables(state: dict) -> list[Table]:
             cells = [_fmt(arm.get(split), key) for split, key in columns]
             ood = [_fmt((arm.get("ood") or {}).get(name), "balanced_accuracy") for name in task.get("ood", [])]
             failed = _fmt(arm.get("train"), "failed_positive_frac") if arm.get("train") else ""
-            table.add_row(_arm_label(arm_name, arm), _status(arm), *cells, *ood, failed)
+            table.add_row(run_label(arm_name, arm.get("preset") or arm.get("type"), arm.get("replicate_of")), _status(arm), *cells, *ood, failed)
             for rl, matched in (arm.get("matched") or {}).items():  # a threshold arm's recall-matched thresholds
                 # under its threshold arm's row: "→ grpo@s0 recall" (the name again would widen the column)
                 table.add_row(f"  → {rl} recall", "derived", "", *[_fmt(matched.get("holdout"), k) for _, k in columns[1:]],
@@ -200,13 +201,6 @@ def comparison_tables(state: dict) -> list[Table]:
             table.add_row(group, f"mean ± sd of {values['n']} seeds", "", *values["cells"], *["" for _ in task.get("ood", [])], "")
         tables.append(table)
     return tables
-
-
-def _arm_label(name: str, arm: dict) -> str:
-    """An arm's row: its name, and its preset or type where the name does not say it
-    ("grpo@s1", not "grpo@s1 (grpo)")."""
-    kind = arm.get("preset") or arm.get("type")
-    return name if kind in (name, arm.get("replicate_of")) else f"{name} ({kind})"
 
 
 def replicate_means(task: dict, keys: list[str]) -> dict[str, dict]:
@@ -279,7 +273,7 @@ def register(app: typer.Typer) -> None:
         set_: list[str] = typer.Option([], "--set", help=SET_HELP),
         report: bool = typer.Option(True, "--report/--no-report", help="Build RUN_DIR/report/report.html and report.md at the end."),
         data: Optional[str] = typer.Option(None, "--data", help="Your own data (JSONL, CSV, Parquet) or a built-in dataset: builds the default recipe for its label kind (SFT, GRPO, Dr. GRPO, CoRPO for ordinal labels, SFT + threshold), writes it to RUN_DIR/recipe.yaml, runs it and prints the verdict.", show_default=False),
-        budget: str = typer.Option("smoke", "--budget", help="With --data: smoke (tiny-random, minutes: the plumbing), cpu (SmolLM2 with LoRA, 3 seeds, 512-item val and holdout samples: a real run on a CPU, measured as the demo is: 12–17 minutes on 2 cores for the files in docs/your-data.md), gpu (--model, full epochs, 3 seeds).", metavar="smoke|cpu|gpu"),
+        budget: str = typer.Option("smoke", "--budget", help="With --data: smoke (tiny-random, minutes: the plumbing), cpu (SmolLM2 with LoRA, 3 seeds, 512-item val and holdout samples: a real run on a CPU, measured as the demo is: 10–17 minutes on 2 cores for the files in docs/your-data.md), gpu (--model, full epochs, 3 seeds).", metavar="smoke|cpu|gpu"),
         model: Optional[str] = typer.Option(None, "--model", help="With --data: the model to fine-tune (default: the budget's).", show_default=False),
         text_col: Optional[list[str]] = typer.Option(None, "--text-col", help="With --data: text column(s) of the prompt (repeatable).", show_default=False),
         label_col: Optional[str] = typer.Option(None, "--label-col", help="With --data: the label column.", show_default=False),

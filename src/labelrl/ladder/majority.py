@@ -51,10 +51,17 @@ def _reference_arm(arms: dict[str, dict]) -> str | None:
     return next((n for n, st in arms.items() if st["type"] == "sft"), None)
 
 
+def counted_from(task_dir: Path) -> str:
+    """Whose label counts name the majority: the training sample's, or the train split's when the
+    sample was drawn label-balanced (its counts equal by construction)."""
+    train = json.loads((task_dir / "samples.json").read_text(encoding="utf-8"))["train"]
+    return "train split" if train.get("draw") == "balanced" else "training sample"
+
+
 def _task_label(task_dir: Path, labels: Sequence[str]) -> str:
     train = json.loads((task_dir / "samples.json").read_text(encoding="utf-8"))["train"]
-    # A balanced sample's counts are equal by construction: the train split's say which label is the majority.
-    return majority_label(train["split_label_counts" if train.get("draw") == "balanced" else "label_counts"], labels)
+    key = "split_label_counts" if counted_from(task_dir) == "train split" else "label_counts"
+    return majority_label(train[key], labels)
 
 
 def majority_predictions(task_dir: Path, arms: dict[str, dict], split: str):
@@ -71,13 +78,13 @@ def majority_predictions(task_dir: Path, arms: dict[str, dict], split: str):
 
 
 def majority_baseline(task_dir: Path, arms: dict[str, dict], n_boot: int) -> dict:
-    """``{"label", "from", "val", "holdout"}`` (summary metrics with 95% intervals), also saved
-    as ``analysis/majority.json``."""
+    """``{"label", "counted", "from", "val", "holdout"}`` (``counted``: whose label counts name it,
+    ``counted_from``; summary metrics with 95% intervals), also saved as ``analysis/majority.json``."""
     from labelrl.evaluate.ledger import summary_metrics
     from labelrl.evaluate.metrics import classification_metrics
     from labelrl.fileio import atomic_write_json
 
-    out: dict = {"from": _reference_arm(arms)}
+    out: dict = {"from": _reference_arm(arms), "counted": counted_from(task_dir)}
     for split in ("val", "holdout"):
         label, pred = majority_predictions(task_dir, arms, split)
         out["label"] = label

@@ -152,6 +152,12 @@ def _runs(name: str, arm: ArmSpec, seeds: list[int] | None) -> list[tuple[str, i
     return [(name, seeds[0])] if len(seeds) == 1 else [(f"{name}{REPLICATE_MARK}{s}", s) for s in seeds]
 
 
+def run_label(name: str, kind: str | None, replicate_of: str | None = None) -> str:
+    """A run's name where tables and legends show it, with its ``kind`` (preset or type) where the
+    name does not say it: ``grpo``, ``grpo@s1`` (a replicate of ``grpo``), ``arm2 (corpo)``."""
+    return name if not kind or kind in (name, replicate_of) else f"{name} ({kind})"
+
+
 def expand_replicates(task_name: str, task: TaskSpec, tuned: set[str] | frozenset[str] = frozenset()) -> dict[str, ArmSpec]:
     """The task's arms as concrete runs: an arm with several seeds (its own ``seeds``, else the
     task's; never a distill arm) becomes one run per seed, ``ARM@sSEED``, each with that

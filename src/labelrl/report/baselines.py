@@ -13,7 +13,7 @@ def majority_rows(task: TaskData, cols: list[tuple[str, str]]) -> list[list[str]
     majority = task.majority or {}
     if "label" not in majority:
         return []
-    note = (f"answers {majority['label']!r} (the training sample's most frequent label) on every item: the floor any "
+    note = (f"answers {majority['label']!r} (the {majority.get('counted', 'training sample')}'s most frequent label) on every item: the floor any "
             f"arm must clear; no model, no holdout look (scored on {majority.get('from') or '?'}'s items)")
     rows = []
     for split in ("val", "holdout"):

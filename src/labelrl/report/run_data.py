@@ -71,7 +71,9 @@ class ArmData:
     def label(self) -> str:
         """The name shown in legends: ``grpo``, ``grpo@s1`` (a replicate of ``grpo``), or
         ``arm2 (corpo)`` when the name is not the preset."""
-        return self.name if not self.preset or self.preset in (self.name, self.group) else f"{self.name} ({self.preset})"
+        from labelrl.ladder.recipe import run_label
+
+        return run_label(self.name, self.preset, self.group)
 
 
 @dataclass
