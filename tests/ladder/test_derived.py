@@ -111,3 +111,33 @@ def test_missing_parent_predictions_are_a_clear_error(tmp_path):
     cfg = ThresholdConfig(out=tmp_path / "threshold", parent=tmp_path / "sft")
     with pytest.raises(ValueError, match="parent 'sft'"):
         evaluate_threshold_arm(tmp_path, "threshold", cfg, [], "spam")
+
+
+def test_a_rule_chosen_on_a_handful_of_val_items_of_a_label_says_so(tmp_path):
+    """rare.csv's val split held 4 "fraud" messages: a threshold chosen there reached val BA 1.000
+    and less than SFT on the holdout. The arm's state names the thin label, and the console line
+    and the report's note say its holdout figure is the measure."""
+    from labelrl.evaluate.decision import MIN_RULE_ITEMS, thin_labels, thin_words
+    from labelrl.report.comparison import _status_note
+    from labelrl.report.run_data import ArmData
+
+    task = tmp_path / "task"
+    val, holdout = write_parent(task)
+    assert thin_labels(val) == {}  # 300 items of two labels: both well covered
+    keep = [i for i, y in enumerate(val.y_true) if y == "ham"] + [i for i, y in enumerate(val.y_true) if y == "spam"][:4]
+    write_predictions(val.take(keep), task / "eval" / "sft-val.parquet")
+    cfg = ThresholdConfig(out=task / "threshold", parent=task / "sft", n_boot=20, recall_match=False)
+    state = evaluate_threshold_arm(task, "threshold", cfg, [], "spam")
+    assert state["thin_val"] == {"spam": 4}
+    words = thin_words(state["thin_val"])
+    assert words == "val held only 4 'spam' items: a rule chosen on so few fits them; its holdout figure is the measure"
+    arm = ArmData(name="threshold", type="threshold", status="done", dir=task / "threshold", parent="sft",
+                  rule=state["rule"], thin_val=state["thin_val"])
+    assert _status_note(arm).endswith("; " + words)
+    # the edge of the rule: MIN_RULE_ITEMS items is enough, one fewer is not; a label val lacks counts 0
+    labels = LabelSpace(("a", "b", "c"), kind="categorical")
+    n = MIN_RULE_ITEMS
+    table = predictions_table([f"i{i}" for i in range(2 * n - 1)], ["a"] * n + ["b"] * (n - 1), ["a"] * (2 * n - 1),
+                              ["ok"] * (2 * n - 1), labels)
+    assert thin_labels(Predictions(table, labels, {})) == {"b": n - 1, "c": 0}
+    assert thin_words({"b": 1}).startswith("val held only 1 'b' item:")

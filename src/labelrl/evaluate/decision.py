@@ -116,6 +116,32 @@ def best_offsets_rule(val: Predictions) -> dict:
             "val_metrics": {"balanced_accuracy": best, "balanced_accuracy_at_argmax": start}}
 
 
+# Fewer val items of a label than this, and a rule chosen on val fits those items: one of them
+# moves that label's recall by 1/n > 0.1, and a threshold or offset can sit anywhere in the gaps
+# between their scores.
+MIN_RULE_ITEMS = 10
+
+
+def thin_labels(val: Predictions, minimum: int = MIN_RULE_ITEMS) -> dict[str, int]:
+    """The labels with fewer than ``minimum`` val items (label → count, in label order; a label
+    with none counts 0): the ones a val-chosen rule cannot be placed for with any precision."""
+    counts = {label: 0 for label in val.labels.labels}
+    for y in val.y_true:
+        label = val.labels.normalise(y)
+        if label is not None:
+            counts[label] += 1
+    return {label: n for label, n in counts.items() if n < minimum}
+
+
+def thin_words(thin: dict[str, int]) -> str:
+    """``val held only 4 'fraud' items: a rule chosen on so few fits them; its holdout figure is the
+    measure`` (empty without thin labels)."""
+    if not thin:
+        return ""
+    held = ", ".join(f"{n} {label!r}" for label, n in thin.items())
+    return f"val held only {held} item{'s' if sum(thin.values()) != 1 else ''}: a rule chosen on so few fits them; its holdout figure is the measure"
+
+
 def best_rule(val: Predictions, positive_label: str | None = None) -> dict:
     """The val-chosen rule: a threshold for binary tasks, per-label offsets otherwise."""
     return best_threshold_rule(val, positive_label) if val.labels.kind == "binary" else best_offsets_rule(val)

@@ -71,9 +71,10 @@ def _write_derived(task_dir: Path, name: str, split: str, scored, rule: dict, n_
 
 def evaluate_threshold_arm(task_dir: Path, arm_name: str, cfg: ThresholdConfig, rl_arms: list[str],
                            positive_label: str | None) -> dict:
-    """The arm's ladder state: its rule, val and holdout evaluations, and the recall-matched
-    holdout evaluations per RL arm in ``rl_arms`` (finished arms from the same parent)."""
-    from labelrl.evaluate.decision import best_rule, recall_matched_rule
+    """The arm's ladder state: its rule, val and holdout evaluations, the recall-matched holdout
+    evaluations per RL arm in ``rl_arms`` (finished arms from the same parent), and ``thin_val``:
+    the labels val held too few items of to place a rule (``labelrl.evaluate.decision.thin_labels``)."""
+    from labelrl.evaluate.decision import best_rule, recall_matched_rule, thin_labels
     from labelrl.evaluate.io import read_predictions
     from labelrl.evaluate.ledger import summary_metrics
     from labelrl.evaluate.sweep import operating_point
@@ -87,7 +88,7 @@ def evaluate_threshold_arm(task_dir: Path, arm_name: str, cfg: ThresholdConfig, 
                          "missing); the parent must finish first")
     val, holdout = (read_predictions(sources[s], positive_label=positive) for s in ("val", "holdout"))
     rule = best_rule(val, positive)
-    state = {"rule": rule, "derived_from": parent}
+    state = {"rule": rule, "derived_from": parent, "thin_val": thin_labels(val)}
     for split, scored in (("val", val), ("holdout", holdout)):
         state[split] = summary_metrics(_write_derived(task_dir, arm_name, split, scored, rule, cfg.n_boot)["metrics"])
     state["matched"] = {}

@@ -216,15 +216,17 @@ class Ladder:
 
     def _derive(self, task_dir: Path, arm_name: str, cfg, st: dict) -> None:
         """A threshold arm: its parent's scores with rules chosen on val (no training, no new look)."""
+        from labelrl.evaluate.decision import thin_words
         from labelrl.ladder.derived import evaluate_threshold_arm
 
         tstate = self.state["tasks"][task_dir.name]
         rl_arms = [n for n, a in tstate["arms"].items()
                    if a.get("status") == "done" and a.get("type") in RL_TYPES and a.get("from") == cfg.parent.name]
         st.update(evaluate_threshold_arm(task_dir, arm_name, cfg, rl_arms, tstate.get("positive_label")))
+        thin = thin_words(st.get("thin_val") or {})
         self.console.print(f"{arm_name}: {st['rule']['kind']} chosen on val ({st['rule']['chosen_by']}); "
                            f"holdout balanced accuracy {st['holdout'].get('balanced_accuracy', float('nan')):.3f} "
-                           "(derived from the parent's holdout look, not a new one)")
+                           "(derived from the parent's holdout look, not a new one)" + (f"; [yellow]{thin}[/]" if thin else ""))
 
 
 def _rl_fields(cfg) -> dict[str, Any]:

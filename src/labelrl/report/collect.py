@@ -258,7 +258,7 @@ def _read_arm(name: str, entry: dict, task: TaskData, run_dir: Path, problems: l
                   error=None if entry.get("error") is None else str(entry["error"]),
                   depends_on=list(entry.get("depends_on") or []), replicate_of=entry.get("replicate_of"),
                   seed=entry.get("seed"), parent=entry.get("from"), config=_mapping(entry.get("config")),
-                  algorithm=_mapping(entry.get("algorithm")), rule=entry.get("rule"),
+                  algorithm=_mapping(entry.get("algorithm")), rule=entry.get("rule"), thin_val=dict(entry.get("thin_val") or {}),
                   matched={k: v for k, v in _mapping(entry.get("matched")).items() if isinstance(v, dict)})
     _fill_metrics(arm, entry, task, problems)
     arm.steps = _step_records(arm_dir / "metrics.jsonl", problems)

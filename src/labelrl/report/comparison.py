@@ -7,6 +7,7 @@ tuning grids, and the full error of each failed or skipped arm.
 
 from __future__ import annotations
 
+from labelrl.evaluate.decision import thin_words
 from labelrl.report import analyses as A
 from labelrl.report import baselines as B
 from labelrl.report import conclusions as C
@@ -37,7 +38,9 @@ def _status_note(arm: ArmData) -> str:
     if arm.type == "distill":
         return "teacher traces: see section 7"
     if arm.type == "threshold" and arm.rule:
-        return f"no training: {arm.parent}'s scores with a {arm.rule.get('kind')} chosen on val; derived, no new holdout look"
+        thin = thin_words(arm.thin_val)
+        return (f"no training: {arm.parent}'s scores with a {arm.rule.get('kind')} chosen on val; derived, no new holdout look"
+                + (f"; {thin}" if thin else ""))
     return ""
 
 

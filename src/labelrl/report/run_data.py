@@ -42,6 +42,7 @@ class ArmData:
     config: dict = field(default_factory=dict)  # the resolved config the ladder ran it with
     algorithm: dict = field(default_factory=dict)  # RL arms: estimator, surrogate, aggregation, …
     rule: dict | None = None  # threshold arms: the decision rule chosen on val
+    thin_val: dict = field(default_factory=dict)  # threshold arms: labels val held too few items of (label → count)
     matched: dict[str, dict] = field(default_factory=dict)  # threshold arms: recall-matched holdout metrics per RL arm
     failures: dict | None = None  # collect.failed_positive_breakdown() of its rollouts with the task's threshold
     recall_steps: list[dict] = field(default_factory=list)  # rollout_stats.recall_per_step
