@@ -101,13 +101,20 @@ def finished_config_matches(cfg: BaseModel, grid: Grid | None, old: dict, *, old
     config that is a path under ``old_run_dir`` (the state's recorded ``run_dir``) is compared
     relative to it, and every one of the new config under ``run_dir`` relative to that, so a
     finished run is recognised by what it computed, not where. Paths outside the run directory
-    (the dataset, a model from the hub cache) must be the same strings."""
+    (the dataset, a model from the hub cache) must be the same strings.
+
+    An option the recorded config lacks (added to labelrl after the run finished) matches when
+    the recipe leaves it at its default: a new option's default is what labelrl did before it
+    existed. Set to anything else, it is a changed config."""
     tune = old.get("tune") or {}
     if (grid.grid if grid is not None else None) != tune.get("grid"):
         return False
-    expected = with_values(cfg, tune["chosen"]) if tune.get("chosen") else cfg
-    return (relative_to_run(old.get("config"), old_run_dir)
-            == relative_to_run(expected.model_dump(mode="json"), run_dir))
+    expected = (with_values(cfg, tune["chosen"]) if tune.get("chosen") else cfg).model_dump(mode="json")
+    recorded = old.get("config") or {}
+    fields = type(cfg).model_fields
+    expected = {k: v for k, v in expected.items()
+                if k in recorded or k not in fields or v != fields[k].get_default(call_default_factory=True)}
+    return relative_to_run(recorded, old_run_dir) == relative_to_run(expected, run_dir)
 
 
 RUN_DIR_MARK = "<run_dir>"  # a path under the run directory compares as <run_dir>/toy/sft/model
