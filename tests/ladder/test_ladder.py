@@ -225,7 +225,7 @@ def test_a_changed_config_for_a_finished_arm_is_refused(ladder_run, tmp_path):
     raw = yaml.safe_load(recipe_path.read_text())
     raw["tasks"]["toy"]["arms"]["grpo"]["steps"] = 3
     changed = write(tmp_path / "changed.yaml", raw)
-    with pytest.raises(ValueError, match=r"tasks\.toy\.arms\.grpo: finished .* with another config"):
+    with pytest.raises(ValueError, match=r"tasks\.toy\.arms\.grpo: finished .* with another config \(steps: 1 → 3\)"):
         Ladder(load_recipe(changed), root / "run", Console(quiet=True))
 
 

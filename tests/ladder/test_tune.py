@@ -403,16 +403,16 @@ def test_an_option_added_since_a_run_finished_matches_at_its_default_and_only_th
     kept when the recipe leaves the option at its default and refused when the recipe sets it
     (a ladder run before `train_sample` resumed with `train_sample: balanced` would otherwise
     reuse models trained on another sample)."""
-    from labelrl.ladder.tune_grid import finished_config_matches
+    from labelrl.ladder.tune_grid import config_changes
     from labelrl.train.config import SFTConfig
 
     cfg = SFTConfig(model="tiny-random", data="sms-spam", out="/tmp/run/toy/sft", limit=320)
     before = {k: v for k, v in cfg.model_dump(mode="json").items() if k != "train_sample"}
-    assert finished_config_matches(cfg, None, {"config": before})
+    assert config_changes(cfg, None, {"config": before}) == []
     balanced = cfg.model_copy(update={"train_sample": "balanced"})
-    assert not finished_config_matches(balanced, None, {"config": before})
+    assert config_changes(balanced, None, {"config": before}) == ["train_sample: (not recorded) → balanced"]
     # recorded with the option: every value compares as it is
-    assert finished_config_matches(balanced, None, {"config": balanced.model_dump(mode="json")})
-    assert not finished_config_matches(cfg, None, {"config": balanced.model_dump(mode="json")})
+    assert config_changes(balanced, None, {"config": balanced.model_dump(mode="json")}) == []
+    assert config_changes(cfg, None, {"config": balanced.model_dump(mode="json")}) == ["train_sample: balanced → stratified"]
     # a changed value of an option the run did record is still a change
-    assert not finished_config_matches(cfg.model_copy(update={"limit": 640}), None, {"config": before})
+    assert config_changes(cfg.model_copy(update={"limit": 640}), None, {"config": before}) == ["limit: 320 → 640"]

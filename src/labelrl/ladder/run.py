@@ -33,7 +33,7 @@ from labelrl.ladder.phases import phase_times
 from labelrl.ladder.noise_slope import noise_slope_step
 from labelrl.ladder.side_by_side import Job, close_workers, train_side_by_side
 from labelrl.ladder.tune import known_config, tune_or_follow
-from labelrl.ladder.tune_grid import arm_grid, finished_config_matches, moved_to_run
+from labelrl.ladder.tune_grid import arm_grid, config_changes, moved_to_run
 
 STATE_FILE = "ladder.json"
 STATE_FORMAT = 1
@@ -70,10 +70,12 @@ class Ladder:
         for task_name, arms in self.configs.items():
             for arm_name, cfg in arms.items():
                 old = self.state["tasks"].get(task_name, {}).get("arms", {}).get(arm_name)
-                if old and old.get("status") == "done" and not finished_config_matches(
-                        cfg, self.grids[task_name][arm_name], old, old_run_dir=made_in, run_dir=self.run_dir):
+                changes = config_changes(cfg, self.grids[task_name][arm_name], old, old_run_dir=made_in,
+                                         run_dir=self.run_dir) if old and old.get("status") == "done" else []
+                if changes:
                     raise ValueError(
-                        f"tasks.{task_name}.arms.{arm_name}: finished in {self.run_dir} with another config; "
+                        f"tasks.{task_name}.arms.{arm_name}: finished in {self.run_dir} with another config "
+                        f"({'; '.join(changes[:3])}{'; …' if len(changes) > 3 else ''}); "
                         f"use a new run directory, or delete {self.run_dir / task_name / arm_name} and its entry to redo it")
         if Path(made_in) != self.run_dir:
             self.state["tasks"] = moved_to_run(self.state["tasks"], made_in, self.run_dir)

@@ -92,10 +92,11 @@ def arm_grid(recipe: Recipe, task_name: str, arm_name: str, cfg: BaseModel) -> G
     return Grid(where, read, candidates)
 
 
-def finished_config_matches(cfg: BaseModel, grid: Grid | None, old: dict, *, old_run_dir: str | Path | None = None,
-                            run_dir: str | Path | None = None) -> bool:
-    """Whether a finished run's recorded grid and config (``old``, its ladder.json entry) are what
-    the recipe now gives: the same grid, and ``cfg`` with the values it trained with.
+def config_changes(cfg: BaseModel, grid: Grid | None, old: dict, *, old_run_dir: str | Path | None = None,
+                   run_dir: str | Path | None = None) -> list[str]:
+    """What differs between a finished run's recorded grid and config (``old``, its ladder.json
+    entry) and what the recipe now gives (the same grid, and ``cfg`` with the values it trained
+    with): ``["train_sample: stratified → balanced", …]``, empty when nothing does.
 
     A run directory may be moved (copied elsewhere and re-run there): every string of the old
     config that is a path under ``old_run_dir`` (the state's recorded ``run_dir``) is compared
@@ -108,13 +109,19 @@ def finished_config_matches(cfg: BaseModel, grid: Grid | None, old: dict, *, old
     existed. Set to anything else, it is a changed config."""
     tune = old.get("tune") or {}
     if (grid.grid if grid is not None else None) != tune.get("grid"):
-        return False
+        return [f"tune: {tune.get('grid')} → {grid.grid if grid is not None else None}"]
     expected = (with_values(cfg, tune["chosen"]) if tune.get("chosen") else cfg).model_dump(mode="json")
     recorded = old.get("config") or {}
     fields = type(cfg).model_fields
-    expected = {k: v for k, v in expected.items()
-                if k in recorded or k not in fields or v != fields[k].get_default(call_default_factory=True)}
-    return relative_to_run(recorded, old_run_dir) == relative_to_run(expected, run_dir)
+    expected = relative_to_run({k: v for k, v in expected.items()
+                                if k in recorded or k not in fields or v != fields[k].get_default(call_default_factory=True)},
+                               run_dir)
+    recorded = relative_to_run(recorded, old_run_dir)
+    return [f"{k}: {recorded.get(k, '(not recorded)')} → {expected.get(k, '(none)')}"
+            for k in sorted(set(recorded) | set(expected)) if recorded.get(k, _ABSENT) != expected.get(k, _ABSENT)]
+
+
+_ABSENT = object()
 
 
 RUN_DIR_MARK = "<run_dir>"  # a path under the run directory compares as <run_dir>/toy/sft/model
