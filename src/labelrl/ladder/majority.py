@@ -51,17 +51,22 @@ def _reference_arm(arms: dict[str, dict]) -> str | None:
     return next((n for n, st in arms.items() if st["type"] == "sft"), None)
 
 
-def counted_from(task_dir: Path) -> str:
-    """Whose label counts name the majority: the training sample's, or the train split's when the
-    sample was drawn label-balanced (its counts equal by construction)."""
+def _majority_counts(task_dir: Path) -> tuple[dict[str, int], str]:
+    """(the label counts that name the majority, whose they are): the training sample's, or the
+    train split's when the sample was drawn label-balanced (its counts equal by construction)."""
     train = json.loads((task_dir / "samples.json").read_text(encoding="utf-8"))["train"]
-    return "train split" if train.get("draw") == "balanced" else "training sample"
+    if train.get("draw") == "balanced":
+        return train["split_label_counts"], "train split"
+    return train["label_counts"], "training sample"
+
+
+def counted_from(task_dir: Path) -> str:
+    """Whose label counts name the majority ("training sample" or "train split")."""
+    return _majority_counts(task_dir)[1]
 
 
 def _task_label(task_dir: Path, labels: Sequence[str]) -> str:
-    train = json.loads((task_dir / "samples.json").read_text(encoding="utf-8"))["train"]
-    key = "split_label_counts" if counted_from(task_dir) == "train split" else "label_counts"
-    return majority_label(train[key], labels)
+    return majority_label(_majority_counts(task_dir)[0], labels)
 
 
 def majority_predictions(task_dir: Path, arms: dict[str, dict], split: str):

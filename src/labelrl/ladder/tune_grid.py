@@ -92,6 +92,9 @@ def arm_grid(recipe: Recipe, task_name: str, arm_name: str, cfg: BaseModel) -> G
     return Grid(where, read, candidates)
 
 
+_ABSENT = object()  # a key one side lacks compares unequal to any value, None included
+
+
 def config_changes(cfg: BaseModel, grid: Grid | None, old: dict, *, old_run_dir: str | Path | None = None,
                    run_dir: str | Path | None = None) -> list[str]:
     """What differs between a finished run's recorded grid and config (``old``, its ladder.json
@@ -120,8 +123,6 @@ def config_changes(cfg: BaseModel, grid: Grid | None, old: dict, *, old_run_dir:
     return [f"{k}: {recorded.get(k, '(not recorded)')} → {expected.get(k, '(none)')}"
             for k in sorted(set(recorded) | set(expected)) if recorded.get(k, _ABSENT) != expected.get(k, _ABSENT)]
 
-
-_ABSENT = object()
 
 
 RUN_DIR_MARK = "<run_dir>"  # a path under the run directory compares as <run_dir>/toy/sft/model
