@@ -44,6 +44,25 @@ def test_a_parquet_read_with_the_other_positive_label_scores_that_labels_probabi
     assert again.labels.positive_label == "no" and np.allclose(again.scores(), binary_predictions().scores())
 
 
+def test_a_binary_csv_names_the_label_of_each_score_so_either_positive_reads_it_right(tmp_path):
+    # "yes" is the writer's positive, but read back without metadata the inferred positive of
+    # no/yes is "yes" only by order: written with "no" positive, a bare `score` column (P(no))
+    # would be read as P(yes). The CSV says whose probability each column is.
+    written = LabelSpace(("yes", "no"), kind="binary", positive="no")
+    probs = np.array([[0.2, 0.8], [0.9, 0.1], [0.5, 0.5]])
+    table = predictions_table(["a", "b", "c"], ["yes", "no", "no"], ["no", "yes", None], ["ok", "ok", "no_answer"],
+                              written, probs)
+    assert table.column("score").to_pylist() == [0.8, 0.1, 0.5]  # P(no), in memory and in Parquet
+    path = write_predictions(Predictions(table, written), tmp_path / "p.csv")
+    header = path.read_text(encoding="utf-8").splitlines()[0]
+    assert '"score_yes","score_no"' in header and '"score"' not in header
+    for positive in (None, "yes", "no"):
+        back = read_predictions(path, positive_label=positive)
+        p_yes = back.scores()[:, back.labels.index("yes")]
+        assert np.allclose(p_yes, [0.2, 0.9, 0.5]), positive
+    assert read_predictions(path, positive_label="no").labels.positive_label == "no"
+
+
 def test_csv_from_elsewhere_infers_labels_and_positive(tmp_path):
     path = tmp_path / "p.csv"
     path.write_text("id,label,prediction,score\n1,0,1,0.7\n2,1,1,0.9\n3,0,,0.2\n", encoding="utf-8")

@@ -5,7 +5,8 @@ Columns (one row per example):
 * ``id`` (string), ``label`` (the answer key), ``prediction`` (a label, or null when the
   answer did not parse), ``parse_status`` (``ok`` or a ``labelrl.rewards.ParseStatus`` value);
 * scored models only: ``score`` = P(positive label) for binary tasks, or ``score_<label>``
-  for every label (rows sum to 1).
+  for every label (rows sum to 1). A CSV file, which has no metadata to name the positive
+  label, holds a binary task's scores as ``score_<label>`` columns too.
 
 Parquet files written here carry the label space and the evaluation's provenance (model
 and split fingerprints) in the schema metadata under ``labelrl``. Files from elsewhere
@@ -121,12 +122,25 @@ def check_predictions_path(path: str | Path) -> Path:
     return path
 
 
+def _self_describing(pred: Predictions) -> pa.Table:
+    """The table a CSV file holds: a binary task's ``score`` (P(the positive label), which only
+    Parquet's metadata names) as one ``score_<label>`` column per label, so that a reader who
+    takes the other label as positive still reads each label's own probability."""
+    if pred.labels.kind != "binary" or SCORE not in pred.table.column_names:
+        return pred.table
+    probs = pred.scores()
+    table = pred.table.drop_columns([SCORE])
+    for k, label in enumerate(pred.labels.labels):
+        table = table.append_column(f"{SCORE_PREFIX}{label}", pa.array(probs[:, k], pa.float64()))
+    return table
+
+
 def write_predictions(pred: Predictions, path: str | Path) -> Path:
     """Write Parquet (label space and provenance in the metadata) or CSV (by suffix), atomically."""
     path = check_predictions_path(path)
     sink = pa.BufferOutputStream()
     if path.suffix.lower() == ".csv":
-        pacsv.write_csv(pred.table, sink)
+        pacsv.write_csv(_self_describing(pred), sink)
     else:
         meta = {"labels": list(pred.labels.labels), "kind": pred.labels.kind,
                 "positive": pred.labels.positive, "info": pred.info}
