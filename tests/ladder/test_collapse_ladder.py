@@ -286,6 +286,11 @@ def test_an_arm_that_did_not_move_its_parent_is_not_a_result(tmp_path):
     # on side A the arm is named: "corpo did not move its parent (…): not a result (…)"
     assert comparison_words({**vs_sft, "not_a_result": {"a": text}}, tstate["arms"]).startswith(
         f"{vs_sft['a']} did not move its parent: not a result (ΔBA +0.000")
+    # both sides (an ablation of two arms that learned nothing): each named, its reasons joined by "and"
+    both = {"a": "no learning signal (3 of 3 steps uniform); " + text, "b": text}
+    assert comparison_words({**vs_sft, "not_a_result": both}, tstate["arms"]).startswith(
+        f"{vs_sft['a']} no learning signal and did not move its parent; corpo did not move its parent: "
+        "not a result (ΔBA +0.000")
 
 
 # ---------------------------------------------------------------- on_collapse: stop

@@ -167,9 +167,12 @@ def comparison_words(c: dict, arms: dict[str, dict]) -> str:
     head, _, numbers = words.partition(" (")
     numbers = numbers.removesuffix(")")
     if c.get("not_a_result"):
-        # the short names ("no learning signal in 3 of 3 seeds"): the arm's own line gives the details
-        why = "; ".join(("" if side == "b" else f"{c['a']} ") + "; ".join(t.split(" (")[0] for t in text.split("; "))
-                        for side, text in c["not_a_result"].items())
+        # the short names ("no learning signal in 3 of 3 seeds"): the arm's own line gives the details.
+        # B is the arm whose line this is, so it goes unnamed, unless A is named beside it (an
+        # ablation of two arms that both learned nothing: "grpo …; dr_grpo …").
+        odd = c["not_a_result"]
+        why = "; ".join(("" if side == "b" and len(odd) == 1 else f"{c[side]} ")
+                        + " and ".join(t.split(" (")[0] for t in text.split("; ")) for side, text in odd.items())
         return f"{why}: not a result ({numbers})"
     loser = {"worse": "b", "better": "a"}.get(head)
     collapsed = group_collapse(arms, c.get(f"{loser}_runs") or []) if loser else None
