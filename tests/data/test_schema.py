@@ -44,6 +44,25 @@ def test_bad_row_error_names_file_row_column_value(tmp_path, bad, column, value,
     assert "pass --on-bad-row skip to skip such rows" in message
 
 
+def test_of_several_text_columns_an_empty_one_is_an_empty_field_and_all_empty_a_bad_row(tmp_path):
+    rows = [{"title": "Refund", "body": "I was charged twice", "label": "a"},
+            {"title": "Thanks!", "body": "", "label": "b"},  # a title without a body
+            {"title": "Hello", "label": "a"},  # no body at all
+            {"title": " ", "body": None, "label": "b"}]  # no text in either
+    path = jsonl(tmp_path, rows)
+    with pytest.raises(ValueError) as info:
+        load_dataset(path, text_cols=["title", "body"])
+    assert str(info.value).startswith(f"{path}: row 4, column 'title': empty text in every text column (title, body) "
+                                      "(value ' ')")
+    ds = load_dataset(path, text_cols=["title", "body"], on_bad_row="skip")
+    assert [e.text for e in ds.examples] == ["title: Refund\nbody: I was charged twice", "title: Thanks!\nbody:",
+                                             "title: Hello\nbody:"]
+    assert [r["row"] for r in ds.skipped_rows] == [4]
+    # one text column: an empty one is still a bad row
+    with pytest.raises(ValueError, match=r"row 2, column 'body': empty text \(value ''\)"):
+        load_dataset(path, text_cols=["body"])
+
+
 def test_label_outside_declared_set_suggests_labels(tmp_path):
     path = jsonl(tmp_path, [*GOOD, {"text": "x", "label": "c"}])
     with pytest.raises(ValueError) as info:

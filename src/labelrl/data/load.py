@@ -295,7 +295,8 @@ def load_dataset(
 
     ``source`` is a built-in name (see ``BUILTIN_DATASETS``) or a path to a JSONL, CSV or
     Parquet file, or to a ``datasets.save_to_disk`` directory. ``text_cols`` (several are
-    joined as ``col: value`` lines; each is also kept in ``Example.fields``) and
+    joined as ``col: value`` lines, an empty one as ``col:``, a row being bad only when all are
+    empty; each is also kept in ``Example.fields``) and
     ``label_col`` default to the built-in's choices, else to columns named ``text`` and
     ``label``. Columns not used as text, label or id go to ``Example.meta``.
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Sequence
 
 from labelrl.types import Example, LabelKind, LabelSpace, canonical_label
@@ -19,6 +19,7 @@ ON_BAD_ROW = ("error", "skip")
 LABEL_KINDS = ("binary", "categorical", "ordinal")
 SKIP_HINT = "pass --on-bad-row skip to skip such rows"
 _INTEGER = re.compile(r"[+-]?\d+")
+_BLANK_TEXT = ("empty text", "missing text")  # a text cell without text, which of several columns may be
 
 
 @dataclass(frozen=True)
@@ -203,11 +204,19 @@ def _draft(row: int, values: dict[str, Any], spec: ColumnSpec) -> _Draft | RowPr
         if isinstance(ident, RowProblem):
             return ident
     fields: dict[str, str] = {}
+    blank: list[RowProblem] = []
     for column in spec.text_cols:
         text = _text_value(row, column, values.get(column))
         if isinstance(text, RowProblem):
-            return text
+            # of several text columns, one left empty (a title without a body) is an empty field
+            # of an item that has text; a row is bad when none of its text columns holds any
+            if len(spec.text_cols) == 1 or text.reason not in _BLANK_TEXT:
+                return text
+            blank.append(text)
+            text = ""
         fields[column] = text
+    if len(blank) == len(spec.text_cols):
+        return replace(blank[0], reason=f"{blank[0].reason} in every text column ({', '.join(spec.text_cols)})")
     raw_label = values.get(spec.label_col)
     raw_label = _message_text(raw_label, "assistant") or raw_label
     label = _scalar_value(row, spec.label_col, raw_label, "label", "give every row a label")
@@ -220,7 +229,7 @@ def _draft(row: int, values: dict[str, Any], spec: ColumnSpec) -> _Draft | RowPr
     if len(fields) == 1:
         text = next(iter(fields.values()))
     else:
-        text = "\n".join(f"{column}: {value}" for column, value in fields.items())
+        text = "\n".join(f"{column}: {value}" if value else f"{column}:" for column, value in fields.items())
     used = {spec.id_col, spec.label_col, *spec.text_cols}
     meta = {k: v for k, v in values.items() if k not in used}
     return _Draft(row, ident, text, fields, label, meta)
