@@ -97,6 +97,27 @@ def test_long_label_names_raise_rls_token_cap_to_hold_the_longest_answer(tmp_pat
     check_answer_fits(load_tokenizer("tiny-random"), labels, cap)
 
 
+def test_a_cpu_ladder_on_long_texts_says_before_it_starts_how_much_longer_it_will_take(tmp_path, capsys):
+    from labelrl.cli.ladder import data_recipe
+
+    args = dict(model="tiny-random", text_col=["review"], label_col="sentiment", labels=None, kind=None, rubric=None,
+                on_bad_row="error", delimiter=None, sets=[])
+    # sorted by length: the short reviews first, the long ones after (the lengths are read through the file)
+    rows = [[f"short review {i}", "pos" if i % 2 else "neg"] for i in range(40)]
+    rows += [[" ".join(f"word{j}" for j in range(900)), "pos" if i % 2 else "neg"] for i in range(40)]
+    with open(tmp_path / "reviews.csv", "w", newline="", encoding="utf-8") as handle:
+        csv.writer(handle).writerows([["review", "sentiment"], *rows])
+    data_recipe(str(tmp_path / "reviews.csv"), budget="cpu", **args)
+    out = " ".join(capsys.readouterr().out.split())
+    assert "long texts: they average" in out and "hours" in out and "labelrl data show" in out
+    assert "--set tasks.reviews.eval_limit=N" in out  # the recipe's own task name
+    # short texts: nothing to say
+    with open(tmp_path / "short.csv", "w", newline="", encoding="utf-8") as handle:
+        csv.writer(handle).writerows([["review", "sentiment"], *rows[:40]])
+    data_recipe(str(tmp_path / "short.csv"), budget="cpu", **args)
+    assert "long texts" not in capsys.readouterr().out
+
+
 def test_the_gpu_budget_is_refused_where_torch_sees_no_gpu(tmp_path, monkeypatch):
     import pytest
     import torch

@@ -58,3 +58,22 @@ def test_rls_token_cap_holds_the_longest_answer_its_end_token_and_a_spare():
     raw = default_recipe("x.csv", kind="categorical", labels=labels, budget="cpu", answer_tokens=15)
     assert raw["defaults"]["rl"]["max_new_tokens"] == answer_cap(15) == 15 + 1 + ANSWER_SPARE
     assert default_recipe("x.csv", kind="categorical", labels=labels)["defaults"]["rl"]["max_new_tokens"] == 12
+
+
+def test_long_texts_say_how_many_times_the_measured_token_positions_a_cpu_ladder_computes():
+    from labelrl.ladder.default_recipe import length_note
+
+    # the demo's texts (25 tokens), and texts under twice their positions: the 10–17 minutes stand
+    assert length_note([25] * 100, "cpu") is None
+    assert length_note([61] * 100, "cpu") is None  # (61 + 12) / 37 = 1.97×
+    assert length_note([62] * 100, "cpu") is not None  # (62 + 12) / 37 = 2.0×
+    assert length_note([2000] * 10, "smoke") is None and length_note([], "cpu") is None
+    # half 100, half 2,000 tokens: training sees them cut to 412, (100 + 412) / 2 + 12 = 268 → 7.2×;
+    # scoring whole, 1,050 + 12 = 1,062 → 28.7×; 2/3 · 7.24 + 1/3 · 28.70 = 14.4× of 10–17 minutes
+    note = length_note([100] * 50 + [2000] * 50, "cpu")
+    assert "they average 1,050 tokens" in note and "averaged 25" in note
+    assert "about 7.2× their token positions" in note and "scoring about 28.7×" in note
+    assert "at least 14.4× the time on 2 cores: 2–4 hours" in note
+    assert "--set tasks.NAME.eval_limit=N" in note
+    # a few times longer: minutes, not hours ((100 + 12) / 37 = 3.03×: 30–51 minutes)
+    assert "at least 3.0× the time on 2 cores: 30–51 minutes." in length_note([100] * 10, "cpu")

@@ -227,7 +227,7 @@ def data_recipe(data: str, *, budget: str, model: str | None, text_col: list[str
     """The default recipe for ``--data`` (labelrl.ladder.default_recipe), validated with ``--set``."""
     from labelrl.data.load import load_dataset
     from labelrl.data.prompts import longest_answer
-    from labelrl.ladder.default_recipe import budget_model, default_recipe
+    from labelrl.ladder.default_recipe import budget_model, default_recipe, length_note
     from labelrl.ladder.recipe import recipe_from_dict
     from labelrl.models.load import load_tokenizer
 
@@ -244,13 +244,24 @@ def data_recipe(data: str, *, budget: str, model: str | None, text_col: list[str
     if dataset.labels.kind == "binary" and not positive:
         note_positive(dataset.labels.positive_label, dataset.label_counts())
     spec = budget_model(budget, model)  # RL's token cap must hold the longest answer in this model's tokens
-    answer = longest_answer(load_tokenizer(spec), dataset.labels)[0] if spec else None
+    tokenizer = load_tokenizer(spec) if spec else None
+    answer = longest_answer(tokenizer, dataset.labels)[0] if tokenizer else None
     raw = default_recipe(data, kind=dataset.labels.kind, labels=list(dataset.labels.labels), budget=budget, model=model,
                          answer_tokens=answer, text_col=text_col or None, label_col=label_col, label_list=labels, rubric=rubric,
                          positive=dataset.labels.positive if positive else None,
                          data_options={"on_bad_row": on_bad_row if on_bad_row != "error" else None, "delimiter": delimiter,
                                        "encoding": encoding if encoding != "utf-8" else None})
+    if tokenizer is not None and (note := length_note(text_lengths(tokenizer, dataset.examples), budget, next(iter(raw["tasks"])))):
+        console.print(note, highlight=False)
     return recipe_from_dict(raw, f"--data {data}", Path.cwd(), sets=sets)
+
+
+def text_lengths(tokenizer, examples, most: int = 2000) -> list[int]:
+    """The token lengths of up to ``most`` of the items' texts (evenly spaced through the file,
+    so a file sorted by label or by length is seen whole)."""
+    step = max(1, len(examples) // most)
+    texts = [e.text for e in examples[::step]]
+    return [len(ids) for ids in tokenizer(texts, add_special_tokens=False)["input_ids"]] if texts else []
 
 
 def note_positive(positive: str, counts: dict[str, int]) -> None:
@@ -273,7 +284,7 @@ def register(app: typer.Typer) -> None:
         set_: list[str] = typer.Option([], "--set", help=SET_HELP),
         report: bool = typer.Option(True, "--report/--no-report", help="Build RUN_DIR/report/report.html and report.md at the end."),
         data: Optional[str] = typer.Option(None, "--data", help="Your own data (JSONL, CSV, Parquet) or a built-in dataset: builds the default recipe for its label kind (SFT, GRPO, Dr. GRPO, CoRPO for ordinal labels, SFT + threshold), writes it to RUN_DIR/recipe.yaml, runs it and prints the verdict.", show_default=False),
-        budget: str = typer.Option("smoke", "--budget", help="With --data: smoke (tiny-random, minutes: the plumbing), cpu (SmolLM2 with LoRA, 3 seeds, 512-item val and holdout samples: a real run on a CPU, measured as the demo is: 10–17 minutes on 2 cores for the files in docs/your-data.md), gpu (--model, full epochs, 3 seeds).", metavar="smoke|cpu|gpu"),
+        budget: str = typer.Option("smoke", "--budget", help="With --data: smoke (tiny-random, minutes: the plumbing), cpu (SmolLM2 with LoRA, 3 seeds, 512-item val and holdout samples: a real run on a CPU, measured as the demo is: 10–17 minutes on 2 cores for the files in docs/your-data.md, texts of about 25 tokens; on longer texts it says first how many times longer), gpu (--model, full epochs, 3 seeds).", metavar="smoke|cpu|gpu"),
         model: Optional[str] = typer.Option(None, "--model", help="With --data: the model to fine-tune (default: the budget's).", show_default=False),
         text_col: Optional[list[str]] = typer.Option(None, "--text-col", help="With --data: text column(s) of the prompt (repeatable).", show_default=False),
         label_col: Optional[str] = typer.Option(None, "--label-col", help="With --data: the label column.", show_default=False),
