@@ -188,7 +188,9 @@ def measure_cell(model, prompts, group_size: int, mode: str, args, n_params: int
 
     cell["ratios"] = {f"{a.replace('/', '_')}_vs_{b.replace('/', '_')}": ratio(a, b) for a, b in RATIOS}
     best = ("labelrl/bf16" if "labelrl/bf16" in cell else "labelrl/fp32")
-    cell["ratio_best_runs_labelrl_vs_hf_fp32"] = {"arm": best, "ratio": cell["hf/fp32"]["min_s"] / cell[best]["min_s"]}
+    reference = "hf/fp32" if "hf/fp32" in cell else "hf/bf16"  # --precisions bf16 leaves fp32 out
+    cell["ratio_best_runs_labelrl_vs_hf"] = {"arm": best, "against": reference,
+                                             "ratio": cell[reference]["min_s"] / cell[best]["min_s"]}
     if mode == "greedy":
         cell["greedy_identical_across_backends"] = {
             p: outputs[f"labelrl/{p}"] == outputs[f"labelrl-hf/{p}"] == outputs[f"hf/{p}"] for p in PRECISIONS}
@@ -242,10 +244,10 @@ def render(report: dict) -> None:
                    "labelrl GFLOP/s " + " | ".join(PRECISIONS), "labelrl share of bandwidth " + " | ".join(PRECISIONS)):
         table.add_column(column, justify="right")
     for cell in report["results"]:
-        best = cell["ratio_best_runs_labelrl_vs_hf_fp32"]
+        best = cell["ratio_best_runs_labelrl_vs_hf"]
         table.add_row(
             str(cell["group_size"]), cell["mode"], *[f"{cell[arm]['tokens_per_s']:.1f}" for arm in ARMS],
-            *[fmt(cell["ratios"][key]) for key in shown], f"{best['ratio']:.2f}× ({best['arm']} vs hf/fp32)",
+            *[fmt(cell["ratios"][key]) for key in shown], f"{best['ratio']:.2f}× ({best['arm']} vs {best['against']})",
             " | ".join(f"{cell[f'labelrl/{p}']['model_flops'] / 1e9:.1f}" for p in PRECISIONS),
             " | ".join(f"{cell[f'labelrl/{p}'].get('bandwidth_share', float('nan')):.0%}" for p in PRECISIONS),
         )

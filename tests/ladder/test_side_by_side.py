@@ -205,3 +205,46 @@ def test_the_worker_module_loads_without_torch_so_its_thread_count_comes_first()
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.split() == ["False", "False"]
+
+
+def _alive(pid: int) -> bool:
+    """The process runs (a zombie, ended and not yet reaped, does not)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the parent-death signal is Linux's prctl")
+def test_a_worker_ends_when_the_ladders_process_is_killed(tmp_path):
+    # SIGKILL runs none of the ladder's cleanup: without the parent-death signal the worker
+    # would go on with its job (here five minutes of sleep; in a ladder, a training run)
+    import os
+    import signal
+    import subprocess
+    import time
+
+    ladder = ("import os, sys, time\n"
+              "from labelrl.ladder import side_by_side\n"
+              "pool = side_by_side._pool(1, 1)\n"
+              "worker = pool.submit(os.getpid).result()\n"
+              "pool.submit(time.sleep, 300)\n"
+              "print(worker, flush=True)\n"
+              "time.sleep(300)\n")
+    process = subprocess.Popen([sys.executable, "-c", ladder], stdout=subprocess.PIPE, text=True)
+    worker = -1
+    try:
+        worker = int(process.stdout.readline())
+        time.sleep(0.5)  # the worker has taken the sleeping job
+        assert _alive(worker)
+        process.send_signal(signal.SIGKILL)
+        process.wait(timeout=30)
+        deadline = time.monotonic() + 30
+        while _alive(worker) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not _alive(worker), "the worker outlived the ladder's process"
+    finally:
+        process.kill()
+        if worker > 0 and _alive(worker):
+            os.kill(worker, signal.SIGKILL)

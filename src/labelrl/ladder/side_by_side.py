@@ -97,7 +97,7 @@ def _pool(workers: int, threads: int) -> ProcessPoolExecutor:
         close_workers()
         _POOLS[(workers, threads)] = ProcessPoolExecutor(
             max_workers=workers, mp_context=multiprocessing.get_context("spawn"),  # no fork of a threaded parent
-            initializer=start_worker, initargs=(threads,))
+            initializer=start_worker, initargs=(threads, os.getpid()))  # a worker ends with the ladder
     return _POOLS[(workers, threads)]
 
 

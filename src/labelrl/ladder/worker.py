@@ -15,8 +15,31 @@ import traceback
 from pathlib import Path
 
 
-def start_worker(threads: int) -> None:
-    """The worker's initializer: ``threads`` threads for OpenMP, MKL and torch's products."""
+PR_SET_PDEATHSIG = 1  # prctl(2): the signal this process gets when its parent ends
+
+
+def end_with(parent: int) -> None:
+    """On Linux, have the kernel send this worker SIGTERM when the ladder's process ``parent``
+    ends, however it ends: a SIGKILL, or a SIGTERM it does not handle, runs none of its cleanup,
+    and a worker left behind would train on for minutes with gigabytes of memory for a ladder
+    that is gone. A parent already gone by now (the call came too late to be told) ends it at once.
+    A worker training RL stops at the end of its step (``labelrl rl``'s own SIGTERM handling),
+    others at once; the run resumes or restarts when the ladder runs again."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+    import signal
+
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
+    if os.getppid() != parent:
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
+def start_worker(threads: int, parent: int | None = None) -> None:
+    """The worker's initializer: ``threads`` threads for OpenMP, MKL and torch's products; with
+    ``parent`` (the ladder's pid), the worker ends when that process does (``end_with``)."""
+    if parent is not None:
+        end_with(parent)
     os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = str(threads)
     import torch
 
