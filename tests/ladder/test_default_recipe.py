@@ -71,9 +71,10 @@ def test_long_texts_say_how_many_times_the_measured_token_positions_a_cpu_ladder
     # half 100, half 2,000 tokens: training sees them cut to 412, (100 + 412) / 2 + 12 = 268 → 7.2×;
     # scoring whole, 1,050 + 12 = 1,062 → 28.7×; 2/3 · 7.24 + 1/3 · 28.70 = 14.4× of 10–17 minutes
     note = length_note([100] * 50 + [2000] * 50, "cpu")
-    assert "they average 1,050 tokens" in note and "averaged 25" in note
-    assert "about 7.2× their token positions" in note and "scoring about 28.7×" in note
-    assert "at least 14.4× the time on 2 cores: 2–4 hours" in note
+    assert "they average 1,050 tokens, the demo's 25" in note
+    assert "about 7.2× the demo's token positions per item" in note and "scoring about 28.7×" in note
+    assert "roughly 14.4× the 10–17 minutes" in note and "2–4 hours on 2 cores" in note
     assert "--set tasks.NAME.eval_limit=N" in note
     # a few times longer: minutes, not hours ((100 + 12) / 37 = 3.03×: 30–51 minutes)
-    assert "at least 3.0× the time on 2 cores: 30–51 minutes." in length_note([100] * 10, "cpu")
+    assert "roughly 3.0× the 10–17 minutes --budget cpu took on texts of 25–65 tokens, 30–51 minutes on 2 cores." \
+        in length_note([100] * 10, "cpu")

@@ -120,13 +120,15 @@ def default_recipe(data: str | Path, *, kind: str, labels: list[str], budget: st
             "tasks": {task_name: task}}
 
 
-# What --budget cpu's measured times rest on (docs/your-data.md, docs/performance.md): the demo's
-# texts, sms-spam's and vader-movies', average 25 SmolLM2 tokens (24.9 and 24.5); each item adds
-# about 12 positions of its own to a pass (its answer tag, end of turn and the chat template's
-# turn markers: the demo's SFT batches of 8 computed 289–357 positions, the shared instructions,
-# 63, once). Training cuts a prompt to 512 tokens (--max-length, --max-prompt-length), of which the
-# instructions take about 100; scoring reads each item whole. The demo's time on a 2-core CPU is
-# about 2/3 training and 1/3 scoring (docs/performance.md, "The three-seed demo").
+# What --budget cpu's times rest on (docs/your-data.md, docs/performance.md): the demo's texts,
+# sms-spam's and vader-movies', average 25 SmolLM2 tokens (24.9 and 24.5), and the 10–17 minutes
+# were measured on files whose texts average about 25 and 65 (review snippets; tweets, one in
+# twenty repeated forty times). Each item adds about 12 positions of its own to a pass (its
+# answer tag, end of turn and the chat template's turn markers: the demo's SFT batches of 8
+# computed 289–357 positions, the shared instructions, 63, once). Training cuts a prompt to 512
+# tokens (--max-length, --max-prompt-length), of which the instructions take about 100; scoring
+# reads each item whole. The demo's time on a 2-core CPU is about 2/3 training and 1/3 scoring
+# (docs/performance.md, "The three-seed demo").
 MEASURED_TEXT_TOKENS = 25
 ITEM_POSITIONS = 12
 TRAIN_TEXT_CAP = 512 - 100
@@ -136,11 +138,12 @@ LONG_NOTE_RATIO = 2.0  # below this the measured 10–17 minutes stand
 
 def length_note(text_tokens: list[int], budget: str, task: str = "NAME") -> str | None:
     """For ``--budget cpu``: when the texts (their lengths in the model's tokens) are long enough
-    that a ladder computes ``LONG_NOTE_RATIO``× or more the token positions of the runs its
-    10–17 minutes were measured on, how many times more, in training (texts cut to fit) and in
-    scoring (texts whole), and what that makes of the time (``task``: the recipe's task name, for
-    the options it names); else None. A pass's cost grows at
-    least in proportion to its positions (attention grows faster): a floor, not a forecast."""
+    that a ladder computes ``LONG_NOTE_RATIO``× or more the demo's token positions per item, how
+    many times more, in training (texts cut to fit) and in scoring (texts whole), and what that
+    makes of the measured time (``task``: the recipe's task name, for the options it names); else
+    None. A pass's time grows about in proportion to its positions (a demo SFT step 1.9 s at one
+    thread, one of 626-token texts 17–20 s beside another run: about the 8.7× its positions say);
+    attention grows faster and a ladder's fixed costs not at all: an estimate, not a forecast."""
     if budget != "cpu" or not text_tokens:
         return None
     base = MEASURED_TEXT_TOKENS + ITEM_POSITIONS
@@ -152,11 +155,11 @@ def length_note(text_tokens: list[int], budget: str, task: str = "NAME") -> str 
     mean = sum(text_tokens) / len(text_tokens)
     low, high = 10 * ratio / 60, 17 * ratio / 60
     span = f"{low:.0f}–{high:.0f} hours" if low >= 2 else f"{10 * ratio:.0f}–{17 * ratio:.0f} minutes"
-    return (f"long texts: they average {mean:,.0f} tokens, where the runs that measured --budget cpu's 10–17 "
-            f"minutes averaged {MEASURED_TEXT_TOKENS}. Training computes about {train:.1f}× their token positions "
-            f"(prompts cut to 512 tokens) and scoring about {score:.1f}× (items whole), so expect at least "
-            f"{ratio:.1f}× the time on 2 cores: {span}. `labelrl data show` lists the lengths; fewer val and "
-            f"holdout items (--set tasks.{task}.eval_limit=N, holdout_limit=N) shorten scoring at the cost of the "
+    return (f"long texts: they average {mean:,.0f} tokens, the demo's {MEASURED_TEXT_TOKENS}. Training computes about "
+            f"{train:.1f}× the demo's token positions per item (prompts cut to 512 tokens) and scoring about "
+            f"{score:.1f}× (items whole): expect roughly {ratio:.1f}× the 10–17 minutes --budget cpu took on texts "
+            f"of 25–65 tokens, {span} on 2 cores. `labelrl data show` lists the lengths; fewer val and holdout "
+            f"items (--set tasks.{task}.eval_limit=N, holdout_limit=N) shorten scoring at the cost of the "
             "verdict's power (`labelrl plan`).")
 
 
