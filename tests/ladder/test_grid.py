@@ -61,6 +61,13 @@ def test_sweep_words():
     assert sweep_word("operating point above the curve (ΔTPR +0.1 …)") == "above"
     assert sweep_word("operating point uninformative: a (near-)constant predictor") == "uninformative"
     assert sweep_word(None) == "—"
+    # pooled over seeds: the pooled position, not a seed's in the tally after it
+    assert sweep_word("operating point on the curve (ΔTPR at its FPR -0.051 [-0.145, +0.035], mean over 3 seeds; "
+                      "by seed: on the curve in 2, below the curve in 1 of 3 seeds)") == "on curve"
+    assert sweep_word("operating point above the curve (ΔTPR at its FPR +0.069 [+0.012, +0.147], mean over 3 seeds; "
+                      "by seed: on the curve in 1, above the curve in 2 of 3 seeds)") == "above"
+    assert sweep_word("operating point against a threshold on the SFT model: on the curve in 2, "
+                      "uninformative in 1 of 3 seeds") == "uninformative"
 
 
 def test_with_several_seeds_each_cell_says_how_many_agree_in_sign():

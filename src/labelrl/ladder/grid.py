@@ -107,10 +107,16 @@ def sweep_word(text: str | None) -> str:
     uninformative, or — (none)."""
     if not text:
         return "—"
-    for word, short in (("uninformative", "uninformative"), ("above the curve", "above"), ("below the curve", "below"),
-                        ("on the curve", "on curve")):
-        if word in text:
-            return short
+    words = (("uninformative", "uninformative"), ("above the curve", "above"), ("below the curve", "below"),
+             ("on the curve", "on curve"))
+    # the position the text states first (pooled over seeds), before its parenthesis: "on the curve
+    # (…; by seed: on the curve in 2, below the curve in 1 of 3 seeds)" is on the curve; a text
+    # with the seeds' tally alone ("against a threshold on the SFT model: …") takes the first word of
+    # the list it names
+    for within in (text.split(" (", 1)[0], text):
+        for word, short in words:
+            if word in within:
+                return short
     return "—"
 
 
