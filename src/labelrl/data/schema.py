@@ -19,7 +19,7 @@ ON_BAD_ROW = ("error", "skip")
 LABEL_KINDS = ("binary", "categorical", "ordinal")
 SKIP_HINT = "pass --on-bad-row skip to skip such rows"
 _INTEGER = re.compile(r"[+-]?\d+")
-_BLANK_TEXT = ("empty text", "missing text")  # a text cell without text, which of several columns may be
+MISSING_TEXT, EMPTY_TEXT = "missing text", "empty text"  # a text cell without text, which of several columns may be
 
 
 @dataclass(frozen=True)
@@ -178,13 +178,13 @@ def _text_value(row: int, column: str, value: Any) -> str | RowProblem:
     if conversational is not None:
         value = conversational
     if _is_missing(value):
-        return RowProblem(row, column, value, "missing text")
+        return RowProblem(row, column, value, MISSING_TEXT)
     if isinstance(value, bool) or not isinstance(value, (str, int, float)):
         return RowProblem(row, column, value, f"text must be a string, got {type(value).__name__}",
                           "choose another column with --text-col")
     text = str(value)
     if not text.strip():
-        return RowProblem(row, column, value, "empty text")
+        return RowProblem(row, column, value, EMPTY_TEXT)
     return text
 
 
@@ -210,7 +210,7 @@ def _draft(row: int, values: dict[str, Any], spec: ColumnSpec) -> _Draft | RowPr
         if isinstance(text, RowProblem):
             # of several text columns, one left empty (a title without a body) is an empty field
             # of an item that has text; a row is bad when none of its text columns holds any
-            if len(spec.text_cols) == 1 or text.reason not in _BLANK_TEXT:
+            if len(spec.text_cols) == 1 or text.reason not in (MISSING_TEXT, EMPTY_TEXT):
                 return text
             blank.append(text)
             text = ""

@@ -147,14 +147,14 @@ def length_note(text_tokens: list[int], budget: str, task: str = "NAME") -> str 
     if budget != "cpu" or not text_tokens:
         return None
     base = MEASURED_TEXT_TOKENS + ITEM_POSITIONS
+    mean = sum(text_tokens) / len(text_tokens)
     train = (sum(min(n, TRAIN_TEXT_CAP) for n in text_tokens) / len(text_tokens) + ITEM_POSITIONS) / base
-    score = (sum(text_tokens) / len(text_tokens) + ITEM_POSITIONS) / base
+    score = (mean + ITEM_POSITIONS) / base
     ratio = TRAINING_SHARE * train + (1 - TRAINING_SHARE) * score
     if ratio < LONG_NOTE_RATIO:
         return None
-    mean = sum(text_tokens) / len(text_tokens)
-    low, high = 10 * ratio / 60, 17 * ratio / 60
-    span = f"{low:.0f}–{high:.0f} hours" if low >= 2 else f"{10 * ratio:.0f}–{17 * ratio:.0f} minutes"
+    low, high = 10 * ratio, 17 * ratio  # minutes
+    span = f"{low / 60:.0f}–{high / 60:.0f} hours" if low >= 120 else f"{low:.0f}–{high:.0f} minutes"
     return (f"long texts: they average {mean:,.0f} tokens, the demo's {MEASURED_TEXT_TOKENS}. Training computes about "
             f"{train:.1f}× the demo's token positions per item (prompts cut to 512 tokens) and scoring about "
             f"{score:.1f}× (items whole): expect roughly {ratio:.1f}× the 10–17 minutes --budget cpu took on texts "

@@ -124,7 +124,6 @@ def config_changes(cfg: BaseModel, grid: Grid | None, old: dict, *, old_run_dir:
             for k in sorted(set(recorded) | set(expected)) if recorded.get(k, _ABSENT) != expected.get(k, _ABSENT)]
 
 
-
 RUN_DIR_MARK = "<run_dir>"  # a path under the run directory compares as <run_dir>/toy/sft/model
 
 
