@@ -33,7 +33,7 @@ class LabelSpace:
         folded = [canonical_label(x) for x in self.labels]
         if len(set(folded)) != len(folded):
             raise ValueError(
-                f"labels={list(self.labels)}: labels must differ after trimming and case-folding"
+                f"labels={list(self.labels)}: labels must differ after trimming, folding runs of whitespace and case-folding"
             )
         if self.kind == "binary" and len(self.labels) != 2:
             raise ValueError(
@@ -57,7 +57,7 @@ class LabelSpace:
         return self.positive if self.positive is not None else self.labels[1]
 
     def index(self, label: str) -> int:
-        """Position of ``label`` (matched after trimming and case-folding)."""
+        """Position of ``label`` (matched as ``canonical_label`` compares)."""
         key = canonical_label(label)
         for i, name in enumerate(self.labels):
             if canonical_label(name) == key:
@@ -74,8 +74,9 @@ class LabelSpace:
 
 
 def canonical_label(text: str) -> str:
-    """How labels are compared everywhere: trimmed and case-folded."""
-    return str(text).strip().casefold()
+    """How labels are compared everywhere: trimmed, runs of whitespace as one space, case-folded
+    ("Not  spam " is "not spam")."""
+    return " ".join(str(text).split()).casefold()
 
 
 @dataclass(frozen=True)

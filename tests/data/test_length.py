@@ -114,3 +114,18 @@ def test_announce_saves_the_record_and_prints_only_when_something_was_done(token
     *_, none = fit_prompts(tokenizer, examples(), render_with(tokenizer), 10_000, policy="truncate", stage="s", limit="l")
     announce(none, tmp_path / "none.json")
     assert json.loads((tmp_path / "none.json").read_text())["ids"] == [] and capsys.readouterr().err == ""
+
+
+def test_the_same_cut_is_said_once_per_process(tokenizer, tmp_path, capsys):
+    # a ladder scores one val split once per model: the line about its long items is said once
+    budget = budget_between_short_and_long(tokenizer)
+    stage = f"val items of {tmp_path.name}"  # a line no other test prints in this process
+    for _ in range(3):
+        *_, report = fit_prompts(tokenizer, examples(), render_with(tokenizer), budget, policy="truncate",
+                                 stage=stage, limit="the model's context")
+        announce(report, None)
+    assert capsys.readouterr().err.count(f"2 of 5 {stage} do not fit") == 1
+    *_, skipped = fit_prompts(tokenizer, examples(), render_with(tokenizer), budget, policy="skip",
+                              stage=stage, limit="the model's context")
+    announce(skipped, None)  # another choice is another line
+    assert "they are left out" in capsys.readouterr().err

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from labelrl.data import load_dataset
-from labelrl.data.schema import infer_kind, infer_labels, scalar_to_str
+from labelrl.data.schema import infer_kind, infer_labels, label_to_str, scalar_to_str
 
 
 def jsonl(tmp_path: Path, rows: list, name: str = "items.jsonl") -> Path:
@@ -166,7 +166,7 @@ def test_single_inferred_label_and_unordered_ordinal_are_errors(tmp_path):
     with pytest.raises(ValueError, match=r"found only the label\(s\) \['a'\]; a task needs at least 2 labels"):
         load_dataset(path)
     path = jsonl(tmp_path, [*GOOD, {"text": "z", "label": "c"}], name="three.jsonl")
-    with pytest.raises(ValueError, match="kind=ordinal but the labels .* are not integers"):
+    with pytest.raises(ValueError, match="kind=ordinal but the labels .* are not numbers"):
         load_dataset(path, kind="ordinal")
 
 
@@ -183,12 +183,45 @@ def test_scalar_to_str_rules():
 
 
 def test_infer_labels_and_kind():
-    # first spelling wins among case variants; integers sort numerically
+    # the first spelling wins among case variants seen as often; numbers sort numerically
     assert infer_labels(["Spam", "ham", "spam"]) == ("ham", "Spam")
     assert infer_labels(["10", "-1", "2"]) == ("-1", "2", "10")
     assert infer_kind(["0", "1"]) == "binary"
     assert infer_kind(["1", "2", "3"]) == "ordinal"
     assert infer_kind(["1", "2", "x"]) == "categorical"
+    # half-star ratings are a scale too, in numeric order, not string order
+    assert infer_labels(["4.5", "10", "0.5", "2"]) == ("0.5", "2", "4.5", "10")
+    assert infer_kind(["0.5", "1", "1.5"]) == "ordinal"
+
+
+def test_a_label_is_spelled_as_most_rows_spell_it():
+    # the file's first row says " Ham ", nine in ten say "ham": the task's label is "ham"
+    observed = ["Ham"] + ["ham"] * 9 + ["spam"] * 3 + ["SPAM"]
+    assert infer_labels(observed) == ("ham", "spam")
+
+
+def test_labels_read_one_way_whatever_the_format(tmp_path):
+    """A CSV grade column saved by pandas with a missing value reads "4.0": the same grade as
+    JSON's 4.0 and 4, so the task is the 1–5 ordinal scale; runs of spaces inside a label fold."""
+    grades = tmp_path / "grades.csv"
+    grades.write_text("review,stars\n" + "".join(f"text {i},{1 + i % 5}.0\n" for i in range(10)), encoding="utf-8")
+    data = load_dataset(grades, text_cols="review", label_col="stars")
+    assert data.labels.labels == ("1", "2", "3", "4", "5") and data.labels.kind == "ordinal"
+    assert {ex.label for ex in data.examples} == {"1", "2", "3", "4", "5"}
+    declared = load_dataset(grades, text_cols="review", label_col="stars", labels=["1.0", "2.0", "3.0", "4.0", "5.0"])
+    assert declared.labels.labels == ("1", "2", "3", "4", "5") and len(declared.examples) == 10
+    spaced = jsonl(tmp_path, [{"text": "a", "label": "not  spam"}, {"text": "b", "label": "spam"},
+                              {"text": "c", "label": " Not spam"}], name="spaced.jsonl")
+    data = load_dataset(spaced)
+    assert data.labels.labels == ("not spam", "spam")
+    assert [ex.label for ex in data.examples] == ["not spam", "spam", "not spam"]
+
+
+def test_label_to_str_rules():
+    assert label_to_str("4.0") == "4" and label_to_str("-2.00") == "-2" and label_to_str(3.0) == "3"
+    assert label_to_str("4.5") == "4.5" and label_to_str("1.0.0") == "1.0.0" and label_to_str("v4.0") == "v4.0"
+    assert label_to_str(" not \t spam ") == "not spam"
+    assert label_to_str("  ") is None and label_to_str(None) is None
 
 
 def test_a_trl_style_prompt_completion_dataset_loads_directly(tmp_path):

@@ -120,6 +120,14 @@ def test_returns_declared_spelling_and_accepts_label_space():
     assert parse_answer("<answer> ham</answer>", reasoning=False, labels=["Ham", "SPAM"]).answer == "Ham"
 
 
+def test_a_label_with_a_run_of_spaces_is_the_label_with_one():
+    # a model that writes "not  spam" (two spaces, one more token) has answered "not spam"
+    labels = ["not spam", "spam"]
+    assert parse_answer("<answer>Not  spam</answer>", reasoning=False, labels=labels).answer == "not spam"
+    assert parse_answer("<answer>not\nspam</answer>", reasoning=False, labels=labels).answer == "not spam"
+    assert parse_answer("<answer>notspam</answer>", reasoning=False, labels=labels).status is S.UNKNOWN_LABEL
+
+
 def test_bad_arguments_raise_value_error_naming_the_value():
     with pytest.raises(ValueError, match="'ham,spam' is a single string"):
         parse_answer("x", reasoning=False, labels="ham,spam")
@@ -129,6 +137,8 @@ def test_bad_arguments_raise_value_error_naming_the_value():
         parse_answer("x", reasoning=False, labels=[])
     with pytest.raises(ValueError, match="differ after trimming"):
         label_lookup(["Spam", " spam"])
+    with pytest.raises(ValueError, match="folding runs of whitespace"):
+        label_lookup(["not spam", "not  spam"])
 
 
 # --- properties -------------------------------------------------------------------------

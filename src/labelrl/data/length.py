@@ -28,6 +28,7 @@ ON_LONG_ITEM = ("truncate", "skip", "error")
 CUT_MARK = "…"
 SHOWN_IDS = 5  # ids named in a printed line; the saved record lists every one
 _FIT_ROUNDS = 6  # re-tokenising a cut text can merge tokens at the cut; a few rounds settle it
+_SAID: set[str] = set()  # the lines ``announce`` printed in this process
 
 
 @dataclass
@@ -127,12 +128,16 @@ def fit_prompts(
 
 
 def announce(report: LongItems, path: str | Path | None) -> None:
-    """Print what was cut or left out (stderr) and save the full record to ``path`` (JSON);
-    a record with no ids is saved too, so "none" can be told from "not checked"."""
+    """Print what was cut or left out (stderr; once per process for the same line) and save the
+    full record to ``path`` (JSON); a record with no ids is saved too, so "none" can be told
+    from "not checked"."""
     if path is not None:
         from labelrl.fileio import atomic_write_text
 
         atomic_write_text(Path(path), json.dumps(report.record(), indent=2, ensure_ascii=False) + "\n")
     if report.ids:
         where = f"; the list is in {path}" if path is not None else ""
-        print(f"{report.message()}{where}", file=sys.stderr, flush=True)
+        line = f"{report.message()}{where}"
+        if line not in _SAID:  # a ladder scores the same split once per model: said the first time
+            _SAID.add(line)
+            print(line, file=sys.stderr, flush=True)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections import Counter
 from dataclasses import dataclass, replace
 from typing import Any, Sequence
 
@@ -18,7 +19,8 @@ from labelrl.types import Example, LabelKind, LabelSpace, canonical_label
 ON_BAD_ROW = ("error", "skip")
 LABEL_KINDS = ("binary", "categorical", "ordinal")
 SKIP_HINT = "pass --on-bad-row skip to skip such rows"
-_INTEGER = re.compile(r"[+-]?\d+")
+_NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)")
+_INTEGRAL_DECIMAL = re.compile(r"([+-]?\d+)\.0+")
 MISSING_TEXT, EMPTY_TEXT = "missing text", "empty text"  # a text cell without text, which of several columns may be
 
 
@@ -105,6 +107,24 @@ def scalar_to_str(value: Any) -> str | None:
     raise TypeError(type(value).__name__)
 
 
+def label_to_str(value: Any) -> str | None:
+    """A label as ``scalar_to_str`` reads it, written one way whatever the file's format:
+    runs of whitespace as one space ("not  spam" → "not spam") and an integral decimal as an
+    integer ("4.0" → "4", as a JSON 4.0 reads; pandas writes an integer column with a missing
+    value as floats), so a 1–5 grade column saved from pandas stays an ordinal scale."""
+    text = scalar_to_str(value)
+    if text is None:
+        return None
+    text = " ".join(text.split())
+    integral = _INTEGRAL_DECIMAL.fullmatch(text)
+    return integral.group(1) if integral else text
+
+
+def _is_scale(names: Sequence[str]) -> bool:
+    """Every label a number: a scale, ordinal in numeric order."""
+    return bool(names) and all(_NUMBER.fullmatch(x) for x in names)
+
+
 def require_rows(table: RawTable) -> None:
     if not table.rows:
         raise ValueError(f"{table.source}: the file has no data rows; give a file with at least 2 labelled rows")
@@ -167,10 +187,10 @@ def _message_text(value: Any, role: str) -> str | None:
     return "\n".join(chosen) if chosen else None
 
 
-def _unwrap_answer(text: str) -> str:
+def _unwrap_answer(value: Any) -> Any:
     """A TRL-style completion ``<answer>spam</answer>`` names the label ``spam``."""
-    match = _ANSWER_ONLY.fullmatch(text)
-    return match.group(1).strip() if match else text
+    match = _ANSWER_ONLY.fullmatch(value) if isinstance(value, str) else None
+    return match.group(1) if match else value
 
 
 def _text_value(row: int, column: str, value: Any) -> str | RowProblem:
@@ -188,9 +208,9 @@ def _text_value(row: int, column: str, value: Any) -> str | RowProblem:
     return text
 
 
-def _scalar_value(row: int, column: str, value: Any, what: str, fix: str) -> str | RowProblem:
+def _scalar_value(row: int, column: str, value: Any, what: str, fix: str, read=scalar_to_str) -> str | RowProblem:
     try:
-        text = scalar_to_str(value)
+        text = read(value)
     except TypeError as exc:
         return RowProblem(row, column, value, f"{what} must be a string or number, got {exc}", fix)
     return text if text is not None else RowProblem(row, column, value, f"missing {what}", fix)
@@ -219,13 +239,12 @@ def _draft(row: int, values: dict[str, Any], spec: ColumnSpec) -> _Draft | RowPr
         return replace(blank[0], reason=f"{blank[0].reason} in every text column ({', '.join(spec.text_cols)})")
     raw_label = values.get(spec.label_col)
     raw_label = _message_text(raw_label, "assistant") or raw_label
-    label = _scalar_value(row, spec.label_col, raw_label, "label", "give every row a label")
+    label = _scalar_value(row, spec.label_col, _unwrap_answer(raw_label), "label", "give every row a label", label_to_str)
     if isinstance(label, RowProblem):
         return label
     if label.lower() == "nan":  # a missing value as pandas prints it (str(float("nan"))), not a class
         return RowProblem(row, spec.label_col, raw_label, "missing label (NaN is how a missing value prints)",
                           "give every row a label")
-    label = _unwrap_answer(label)
     if len(fields) == 1:
         text = next(iter(fields.values()))
     else:
@@ -236,23 +255,24 @@ def _draft(row: int, values: dict[str, Any], spec: ColumnSpec) -> _Draft | RowPr
 
 
 def infer_kind(labels: Sequence[str]) -> LabelKind:
-    """2 labels → binary; all integers → ordinal; else categorical."""
+    """2 labels → binary; all numbers (1–5, 0.5–5.0 in halves) → ordinal; else categorical."""
     if len(labels) == 2:
         return "binary"
-    if labels and all(_INTEGER.fullmatch(x) for x in labels):
+    if _is_scale(labels):
         return "ordinal"
     return "categorical"
 
 
 def infer_labels(observed: Sequence[str]) -> tuple[str, ...]:
-    """Distinct labels (first spelling of each case-folded form), numeric order when all are
-    integers, else sorted."""
+    """Distinct labels, each written as most rows write it ("ham" of 900 "ham", 100 "Ham" and
+    one " ham "; the first seen on a tie), in numeric order when all are numbers, else sorted."""
+    spellings = Counter(observed)
     spelling: dict[str, str] = {}
-    for label in observed:
+    for label, _ in spellings.most_common():  # equal counts keep the order first seen
         spelling.setdefault(canonical_label(label), label)
     names = list(spelling.values())
-    if names and all(_INTEGER.fullmatch(x) for x in names):
-        return tuple(sorted(names, key=int))
+    if _is_scale(names):
+        return tuple(sorted(names, key=float))
     return tuple(sorted(names, key=canonical_label))
 
 
@@ -268,16 +288,16 @@ def resolve_label_space(
     if kind is not None and kind not in LABEL_KINDS:
         raise ValueError(f"kind={kind!r}: not a label kind; choose one of {', '.join(LABEL_KINDS)}")
     if labels:
-        names = tuple(str(x).strip() for x in labels)
+        names = tuple(label_to_str(x) or str(x).strip() for x in labels)
     elif default is not None:
         names = default.labels
         kind = kind or default.kind
         positive = positive if positive is not None else (default.positive if kind == "binary" else None)
     else:
         names = infer_labels(observed)
-        if kind == "ordinal" and not all(_INTEGER.fullmatch(x) for x in names):
+        if kind == "ordinal" and not _is_scale(names):
             raise ValueError(
-                f"{source}: kind=ordinal but the labels {list(names)} are not integers, so their order "
+                f"{source}: kind=ordinal but the labels {list(names)} are not numbers, so their order "
                 "is unknown; declare it with --labels low,mid,high (lowest first)"
             )
         if len(names) < 2:

@@ -3,9 +3,9 @@
 The rules (docs/rewards.md shows examples of each):
 
 * **Tags.** An answer is an ``<answer>…</answer>`` block; tags are matched exactly (lower
-  case, no spaces inside the angle brackets). The block's content, trimmed and case-folded
-  (``labelrl.types.canonical_label``), must equal one of the declared labels; the parser
-  returns the label's declared spelling.
+  case, no spaces inside the angle brackets). The block's content, trimmed, its runs of
+  whitespace folded and case-folded (``labelrl.types.canonical_label``), must equal one of
+  the declared labels; the parser returns the label's declared spelling.
 * **The answer region.** In direct mode it is the whole completion. In reasoning mode it is
   the text after the LAST ``</think>``: only the closing tag is required, because chat
   templates often put the ``<think>`` opener in the prompt, so the completion starts inside
@@ -109,7 +109,7 @@ def label_lookup(labels: LabelSpace | Sequence[str]) -> dict[str, str]:
         key = canonical_label(name)
         if not key or key in lookup:
             raise ValueError(
-                f"labels={names}: labels must be non-empty and differ after trimming and case-folding"
+                f"labels={names}: labels must be non-empty and differ after trimming, folding runs of whitespace and case-folding"
             )
         lookup[key] = name
     return lookup
