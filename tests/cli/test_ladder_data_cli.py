@@ -161,3 +161,27 @@ def test_positive_names_the_binary_label_the_sweep_reads_and_the_table_says_whic
     for table in comparison_tables(state):
         console.print(table)
     assert "rare: rare.csv (binary, positive label fraud)" in console.export_text()
+
+
+def test_before_anything_trains_the_ladder_says_what_it_read(tmp_path, capsys):
+    """Items, the label kind and how to say otherwise, each label's count and the rare labels:
+    a grade column saved by pandas as "4.0" reads as the 1–5 scale, in grade order."""
+    from labelrl.cli.ladder import data_recipe
+
+    args = dict(model=None, text_col=["text"], label_col="grade", labels=None, kind=None, rubric=None,
+                on_bad_row="error", delimiter=None, sets=[])
+    counts = {"1": 3, "2": 20, "3": 40, "4": 30, "5": 12}
+    rows = [(f"review {g}-{i}", f"{g}.0") for g, n in counts.items() for i in range(n)]
+    with open(tmp_path / "grades.csv", "w", newline="", encoding="utf-8") as handle:
+        csv.writer(handle).writerows([("text", "grade"), *rows])
+    data_recipe(str(tmp_path / "grades.csv"), budget="smoke", **args)
+    said = " ".join(capsys.readouterr().out.split())
+    assert f"{tmp_path / 'grades.csv'}: 105 items, 5 labels, ordinal (every label a number: a scale; --kind " \
+           "categorical if it is not one): 1 (3), 2 (20), 3 (40), 4 (30), 5 (12)." in said
+    assert "Fewer than 10 items of 1: val and holdout hold a few at most, and one such item moves balanced " \
+           "accuracy by up to 1/5 = 0.200" in said
+    with open(tmp_path / "tones.csv", "w", newline="", encoding="utf-8") as handle:
+        csv.writer(handle).writerows([("text", "grade"), *((f"t{i}", "calm" if i % 3 else "Tense ") for i in range(30))])
+    data_recipe(str(tmp_path / "tones.csv"), budget="smoke", **args)
+    said = " ".join(capsys.readouterr().out.split())
+    assert "30 items, 2 labels, binary (positive label Tense): calm (20), Tense (10)" in said and "Fewer" not in said

@@ -241,6 +241,7 @@ def data_recipe(data: str, *, budget: str, model: str | None, text_col: list[str
                              "with a GPU")
     dataset = load_dataset(data, text_cols=text_col or None, label_col=label_col, labels=labels, kind=kind,
                            positive=positive, on_bad_row=on_bad_row, delimiter=delimiter, encoding=encoding)
+    console.print(data_line(data, dataset, kind=kind, labels=labels), highlight=False)
     if dataset.labels.kind == "binary" and not positive:
         note_positive(dataset.labels.positive_label, dataset.label_counts())
     spec = budget_model(budget, model)  # RL's token cap must hold the longest answer in this model's tokens
@@ -262,6 +263,34 @@ def text_lengths(tokenizer, examples, most: int = 2000) -> list[int]:
     step = max(1, len(examples) // most)
     texts = [e.text for e in examples[::step]]
     return [len(ids) for ids in tokenizer(texts, add_special_tokens=False)["input_ids"]] if texts else []
+
+
+RARE_ITEMS = 10  # a label with fewer items has a few at most in val and in the holdout
+SHOWN_LABELS = 12
+
+
+def data_line(data: str, dataset, *, kind: str | None, labels: str | None) -> str:
+    """What the ladder read, before anything trains: items, the label kind (and, inferred, how
+    to say otherwise), each label's count (in grade order for a scale, else most first) and the
+    labels too rare to be measured well."""
+    space = dataset.labels
+    counts = list(dataset.label_counts().items())
+    if space.kind != "ordinal":
+        counts.sort(key=lambda item: -item[1])
+    k = len(counts)
+    why = f" (positive label {space.positive_label})" if space.kind == "binary" else "" if kind or labels else {
+        "ordinal": " (every label a number: a scale; --kind categorical if it is not one)",
+        "categorical": " (--kind ordinal --labels LOW,…,HIGH if the labels are a scale)"}[space.kind]
+    shown = ", ".join(f"{label} ({n:,})" for label, n in counts[:SHOWN_LABELS])
+    more = f", and {k - SHOWN_LABELS} more" if k > SHOWN_LABELS else ""
+    skipped = f" ({len(dataset.skipped_rows):,} bad rows skipped)" if dataset.skipped_rows else ""
+    line = f"{data}: {len(dataset):,} items{skipped}, {k} labels, {space.kind}{why}: {shown}{more}"
+    rare = [label for label, n in counts if n < RARE_ITEMS]
+    if rare:
+        # balanced accuracy is the mean of the labels' recalls: one item of a label alone in a split is 1/k of it
+        line += (f". Fewer than {RARE_ITEMS} items of {', '.join(rare)}: val and holdout hold a few at most, and one "
+                 f"such item moves balanced accuracy by up to 1/{k} = {1 / k:.3f}")
+    return line
 
 
 def note_positive(positive: str, counts: dict[str, int]) -> None:
