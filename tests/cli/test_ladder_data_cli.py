@@ -85,6 +85,18 @@ def test_long_label_names_raise_rls_token_cap_to_hold_the_longest_answer(tmp_pat
     from labelrl.models.load import load_tokenizer
 
     labels = ["clearly positive in its tone of voice", "neutral", "clearly negative in its tone of voice"]
+    assert "No item is graded" not in said
+    rows = [(f"review {g}-{i}", g) for g in "1235" for i in range(12)]  # a 1–5 scale nobody graded 4
+    with open(tmp_path / "gap.csv", "w", newline="", encoding="utf-8") as handle:
+        csv.writer(handle).writerows([("text", "grade"), *rows])
+    data_recipe(str(tmp_path / "gap.csv"), budget="smoke", **args)
+    said = " ".join(capsys.readouterr().out.split())
+    assert "No item is graded 4: grades count as steps of the list above, so declare the whole scale if it has " \
+           "them (--labels 1,2,3,4,5)" in said
+    data_recipe(str(tmp_path / "gap.csv"), budget="smoke", **{**args, "labels": "1,2,3,4,5"})
+    said = " ".join(capsys.readouterr().out.split())
+    assert "4 (0), 5 (12). No item is labelled 4: balanced accuracy averages the other 4 labels' recalls" in said
+    assert "No item is graded" not in said and "Fewer" not in said
     with open(tmp_path / "tones.csv", "w", newline="", encoding="utf-8") as handle:
         writer = csv.writer(handle)
         writer.writerow(["text", "tone"])
@@ -180,6 +192,18 @@ def test_before_anything_trains_the_ladder_says_what_it_read(tmp_path, capsys):
            "categorical if it is not one): 1 (3), 2 (20), 3 (40), 4 (30), 5 (12)." in said
     assert "Fewer than 10 items of 1: val and holdout hold a few at most, and one such item moves balanced " \
            "accuracy by up to 1/5 = 0.200" in said
+    assert "No item is graded" not in said
+    rows = [(f"review {g}-{i}", g) for g in "1235" for i in range(12)]  # a 1–5 scale nobody graded 4
+    with open(tmp_path / "gap.csv", "w", newline="", encoding="utf-8") as handle:
+        csv.writer(handle).writerows([("text", "grade"), *rows])
+    data_recipe(str(tmp_path / "gap.csv"), budget="smoke", **args)
+    said = " ".join(capsys.readouterr().out.split())
+    assert "No item is graded 4: grades count as steps of the list above, so declare the whole scale if it has " \
+           "them (--labels 1,2,3,4,5)" in said
+    data_recipe(str(tmp_path / "gap.csv"), budget="smoke", **{**args, "labels": "1,2,3,4,5"})
+    said = " ".join(capsys.readouterr().out.split())
+    assert "4 (0), 5 (12). No item is labelled 4: balanced accuracy averages the other 4 labels' recalls" in said
+    assert "No item is graded" not in said and "Fewer" not in said
     with open(tmp_path / "tones.csv", "w", newline="", encoding="utf-8") as handle:
         csv.writer(handle).writerows([("text", "grade"), *((f"t{i}", "calm" if i % 3 else "Tense ") for i in range(30))])
     data_recipe(str(tmp_path / "tones.csv"), budget="smoke", **args)
