@@ -31,7 +31,7 @@ import pyarrow.parquet as pq
 
 from labelrl.data.schema import infer_kind, infer_labels
 from labelrl.fileio import atomic_write_bytes
-from labelrl.types import LabelSpace
+from labelrl.types import LabelSpace, canonical_label
 
 REQUIRED_COLUMNS = ("id", "label", "prediction")
 META_KEY = b"labelrl"
@@ -184,7 +184,7 @@ def _infer_space(table: pa.Table, path: Path, positive_label: str | None) -> Lab
 def _positive(names: Sequence[str], kind: str, positive_label: str | None, path: Path) -> str | None:
     if positive_label is None or kind != "binary":
         return None
-    match = [n for n in names if n.strip().casefold() == positive_label.strip().casefold()]
+    match = [n for n in names if canonical_label(n) == canonical_label(positive_label)]
     if not match:
         raise ValueError(f"--positive-label {positive_label!r} is not one of the labels {list(names)} in {path}")
     return match[0]
