@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import matplotlib
 import matplotlib.pyplot as plt
 import pytest
 
@@ -204,3 +205,15 @@ def test_roc_png_of_an_incomplete_sweep_raises_and_leaves_no_figure_open(tmp_pat
     with pytest.raises(KeyError):
         F.roc_png({"n": 3, "compared": []}, tmp_path / "roc.png")
     assert set(plt.get_fignums()) == before
+
+
+@pytest.mark.parametrize("n", [2, 10, 12, 20, 25])
+def test_every_label_of_a_per_label_figure_has_its_own_colour_and_marker(n):
+    # matplotlib's cycle has ten colours: the eleventh label would wear the first one's
+    labels = [f"topic {i}" for i in range(n)]
+    steps = [{"step": s, "recall": {label: (s + i) / (n + 3) for i, label in enumerate(labels)}} for s in (1, 2, 3)]
+    fig = F.recall_figure("grpo", steps, labels)
+    lines = _lines(fig.axes[0])
+    looks = {(matplotlib.colors.to_hex(line.get_color()), line.get_marker()) for line in lines.values()}
+    assert set(lines) == {f"label {label}" for label in labels} and len(looks) == n
+    plt.close(fig)

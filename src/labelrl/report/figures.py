@@ -79,9 +79,9 @@ def series(records: Sequence[dict], key: str, x_key: str = K.STEP) -> tuple[list
                  if isinstance(r.get(key), (int, float)) and isinstance(r.get(x_key), (int, float)))
 
 
-def _line(ax, x, y, **kwargs) -> None:
+def _line(ax, x, y, marker: str = "o", **kwargs) -> None:
     if x:
-        ax.plot(x, y, marker="o" if len(x) <= 30 else None, markersize=3, **kwargs)
+        ax.plot(x, y, marker=marker if len(x) <= 30 else None, markersize=3, **kwargs)
 
 
 SEED_STYLES = ("-", "--", ":", "-.")
@@ -100,6 +100,22 @@ def run_styles(names: Sequence[str]) -> list[dict]:
         seen[group] = seen.get(group, -1) + 1
         styles.append({"color": f"C{colour % 10}", "linestyle": SEED_STYLES[seen[group] % len(SEED_STYLES)]})
     return styles
+
+
+def label_colours(n: int) -> list:
+    """A colour per label of a one-line-per-label figure, no two alike: matplotlib's ten-colour
+    cycle up to ten labels, then tab20's twenty (past twenty, colours repeat with a marker of
+    their own: ``label_markers``)."""
+    if n <= 10:
+        return [f"C{i}" for i in range(n)]
+    tab20 = plt.get_cmap("tab20")
+    return [tab20(i % 20) for i in range(n)]
+
+
+def label_markers(n: int) -> list[str]:
+    """A marker per label: circles, then (past twenty labels) squares, triangles and diamonds, so a
+    colour that repeats marks another label."""
+    return [("o", "s", "^", "D")[(i // 20) % 4] for i in range(n)]
 
 
 def _ceiling(ax, ceiling: float | None) -> None:
@@ -231,14 +247,15 @@ def skip_drift_figure(arm: str, steps: Sequence[dict], labels: Sequence[str] = (
     left.set(xlabel=STEP_LABEL, ylabel=f"fraction of groups {FRACTION}", title=f"{arm}: uniform-group fraction",
              ylim=(-0.02, 1.02))
     _legend(left)
-    for i, label in enumerate(list(labels) or share_labels(steps)):
+    shown = list(labels) or share_labels(steps)
+    for label, colour in zip(shown, label_colours(len(shown))):
         x, y = series(steps, K.per_label(K.LABEL_SHARE_INFORMATIVE, label))
         # A step whose groups are all uniform has no informative group; its logged share of 0
         # would read as "the label vanished", so it is drawn as a gap.
         uniform = {r[K.STEP]: r.get(K.UNIFORM_FRAC) for r in steps}
         y = [math.nan if uniform.get(s) == 1.0 else v for s, v in zip(x, y)]
-        _line(right, x, y, color=f"C{i}", label=f"{label}: informative groups")
-        _line(right, *series(steps, K.per_label(K.LABEL_SHARE_DATA, label)), color=f"C{i}", linestyle="--",
+        _line(right, x, y, color=colour, label=f"{label}: informative groups")
+        _line(right, *series(steps, K.per_label(K.LABEL_SHARE_DATA, label)), color=colour, linestyle="--",
               label=f"{label}: training data")
     right.set(xlabel=STEP_LABEL, ylabel=f"label share {FRACTION}", title=f"{arm}: label share, informative vs data",
               ylim=(-0.02, 1.02))
@@ -370,8 +387,9 @@ def arm_lines_figure(task: str, arms: Sequence[tuple[str, Sequence[dict]]], key:
 def recall_figure(arm: str, recall_steps: Sequence[dict], labels: Sequence[str]) -> Figure:
     """Per step, the recall of each reference label among the rollouts (the recall drift)."""
     fig, ax = plt.subplots(figsize=(6.5, 3.8))
-    for i, label in enumerate(labels):
-        _line(ax, *known((r["step"], r["recall"].get(label)) for r in recall_steps), color=f"C{i}", label=f"label {label}")
+    for label, colour, marker in zip(labels, label_colours(len(labels)), label_markers(len(labels))):
+        _line(ax, *known((r["step"], r["recall"].get(label)) for r in recall_steps), marker=marker, color=colour,
+              label=f"label {label}")
     ax.set(xlabel=STEP_LABEL, ylabel=f"rollouts answered with their label {FRACTION}",
            title=f"{arm}: recall per label of the rollouts", ylim=(-0.02, 1.02))
     _legend(ax)

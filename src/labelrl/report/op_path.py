@@ -110,9 +110,9 @@ def recall_path_figure(task: str, paths: Sequence[tuple[str, list[dict]]], label
     rows = math.ceil(len(paths) / cols)
     fig, axes = plt.subplots(rows, cols, figsize=(4.6 * cols, 3.6 * rows), squeeze=False, layout="constrained")
     for ax, (arm, records) in zip(axes.flat, paths):
-        for i, label in enumerate(labels):
+        for label, colour, marker in zip(labels, F.label_colours(len(labels)), F.label_markers(len(labels))):
             x, y = F.known((r["step"], (r.get("recall") or {}).get(label)) for r in records)
-            ax.plot(x, y, color=f"C{i}", marker="o", markersize=3, label=f"label {label}")
+            ax.plot(x, y, color=colour, marker=marker, markersize=3, label=f"label {label}")
         ax.set(xlabel=F.STEP_LABEL, ylabel=f"recall on val {F.FRACTION}",
                title=f"{task} / {arm}: recall per label on val", ylim=(-0.02, 1.02))
         ax.legend(fontsize=7)
