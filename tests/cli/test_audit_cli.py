@@ -36,7 +36,7 @@ def test_audit_prints_tables_and_writes_json(app, noisy_csv, tmp_path):
     result = runner.invoke(app, ["audit", str(noisy_csv), "--n-boot", "50", "--json", str(out)])
     assert result.exit_code == 0, result.output
     text = result.stdout
-    assert "noisy: 7 rows, binary labels (ham 4, spam 3)" in text
+    assert "noisy: 7 rows, binary labels ham (4), spam (3);" in text
     assert "Duplicates: estimate (95% CI)" in text and "Conflicting duplicate groups (top 1 of 1)" in text
     assert "win a prize" in text and "Notes" in text
     report = json.loads(out.read_text())
@@ -64,7 +64,7 @@ def test_no_duplicates_says_so_and_still_prints_counts(app, tmp_path):
     path = write_csv(tmp_path / "clean.csv", [("1", "a", "x"), ("2", "b", "y"), ("3", "c", "y")])
     result = runner.invoke(app, ["audit", str(path), "--key", "text", "--exact"])
     assert result.exit_code == 0, result.output
-    assert "clean: 3 rows, binary labels (x 1, y 2)" in result.stdout
+    assert "clean: 3 rows, binary labels x (1), y (2);" in result.stdout
     assert "No duplicates found" in result.stdout
     assert "ε cannot be estimated from duplicates" in result.stdout
 

@@ -144,9 +144,9 @@ def _groups_table(title: str, groups: list[dict], top: int, total: int) -> Table
 
 def render(report: dict, console: Console, top: int) -> None:
     """Print an audit report (see labelrl.audit.audit_dataset) as rich tables and notes."""
-    counts = ", ".join(f"{label} {n}" for label, n in report["label_counts"].items())
+    counts = ", ".join(f"{label} ({n:,})" for label, n in report["label_counts"].items())  # "1 (136)", not "1 136"
     console.print(
-        f"[bold]{report['dataset']}[/]: {report['n_rows']} rows, {report['kind']} labels ({counts}); "
+        f"[bold]{report['dataset']}[/]: {report['n_rows']:,} rows, {report['kind']} labels {counts}; "
         f"duplicates by {', '.join(report['key'])} ({report['mode']})"
     )
     if report["n_pairs"] == 0 and not any(s["n_pairs"] for s in report["per_split"].values()):
