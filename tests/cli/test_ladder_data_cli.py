@@ -97,6 +97,13 @@ def test_long_label_names_raise_rls_token_cap_to_hold_the_longest_answer(tmp_pat
     said = " ".join(capsys.readouterr().out.split())
     assert "4 (0), 5 (12). No item is labelled 4: balanced accuracy averages the other 4 labels' recalls" in said
     assert "No item is graded" not in said and "Fewer" not in said
+    import pandas as pd
+
+    quality = pd.Categorical(["low", "mid", "high"] * 10, categories=["low", "mid", "high"], ordered=True)
+    pd.DataFrame({"text": [f"snippet {i}" for i in range(30)], "grade": quality}).to_parquet(tmp_path / "q.parquet")
+    data_recipe(str(tmp_path / "q.parquet"), budget="smoke", **args)
+    said = " ".join(capsys.readouterr().out.split())
+    assert "30 items, 3 labels, ordinal (the file's ordered categories, lowest first): low (10), mid (10), high (10)" in said
     with open(tmp_path / "tones.csv", "w", newline="", encoding="utf-8") as handle:
         writer = csv.writer(handle)
         writer.writerow(["text", "tone"])
@@ -204,6 +211,13 @@ def test_before_anything_trains_the_ladder_says_what_it_read(tmp_path, capsys):
     said = " ".join(capsys.readouterr().out.split())
     assert "4 (0), 5 (12). No item is labelled 4: balanced accuracy averages the other 4 labels' recalls" in said
     assert "No item is graded" not in said and "Fewer" not in said
+    import pandas as pd
+
+    quality = pd.Categorical(["low", "mid", "high"] * 10, categories=["low", "mid", "high"], ordered=True)
+    pd.DataFrame({"text": [f"snippet {i}" for i in range(30)], "grade": quality}).to_parquet(tmp_path / "q.parquet")
+    data_recipe(str(tmp_path / "q.parquet"), budget="smoke", **args)
+    said = " ".join(capsys.readouterr().out.split())
+    assert "30 items, 3 labels, ordinal (the file's ordered categories, lowest first): low (10), mid (10), high (10)" in said
     with open(tmp_path / "tones.csv", "w", newline="", encoding="utf-8") as handle:
         csv.writer(handle).writerows([("text", "grade"), *((f"t{i}", "calm" if i % 3 else "Tense ") for i in range(30))])
     data_recipe(str(tmp_path / "tones.csv"), budget="smoke", **args)

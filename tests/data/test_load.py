@@ -235,3 +235,29 @@ def test_a_row_with_too_many_fields_names_the_delimiter(tmp_path):
     with pytest.raises(ValueError, match=r"row 2: row has 3 fields but the header has 2 .*the delimiter is ',': quote "
                                          r"fields that contain it, or name another with --delimiter"):
         load_dataset(path)
+
+
+def test_a_pandas_ordered_categorical_is_an_ordinal_scale_in_its_own_order(tmp_path):
+    import pandas as pd
+
+    grades = pd.Categorical(["mid", "low", "high", "mid", "low"], categories=["low", "mid", "high", "top"], ordered=True)
+    pd.DataFrame({"text": list("abcde"), "quality": grades, "tag": ["x", "y", "x", "y", "x"]}).to_parquet(tmp_path / "q.parquet")
+    data = load_dataset(tmp_path / "q.parquet", label_col="quality")
+    # the categories' order, not the alphabet's; "top", declared but unused, stays on the scale
+    assert data.labels.labels == ("low", "mid", "high", "top") and data.labels.kind == "ordinal"
+    assert [ex.label for ex in data.examples] == ["mid", "low", "high", "mid", "low"]
+    assert load_dataset(tmp_path / "q.parquet", label_col="quality", kind="categorical").labels.kind == "categorical"
+    assert load_dataset(tmp_path / "q.parquet", label_col="tag").labels.labels == ("x", "y")  # a plain column: inferred
+
+
+def test_a_datasets_class_label_reads_as_its_names(tmp_path):
+    import datasets
+
+    features = datasets.Features({"text": datasets.Value("string"),
+                                  "label": datasets.ClassLabel(names=["negative", "neutral", "positive"])})
+    datasets.Dataset.from_dict({"text": ["bad", "fine", "great", "unlabelled"], "label": [0, 1, 2, -1]},
+                               features=features).save_to_disk(str(tmp_path / "reviews"))
+    data = load_dataset(tmp_path / "reviews", on_bad_row="skip")
+    assert data.labels.labels == ("negative", "neutral", "positive") and data.labels.kind == "categorical"
+    assert [ex.label for ex in data.examples] == ["negative", "neutral", "positive"]
+    assert [r["reason"] for r in data.skipped_rows] == ["missing label"]  # -1 is the ClassLabel of no label

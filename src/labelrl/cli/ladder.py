@@ -273,14 +273,22 @@ def data_line(data: str, dataset, *, kind: str | None, labels: str | None) -> st
     """What the ladder read, before anything trains: items, the label kind (and, inferred, how
     to say otherwise), each label's count (in grade order for a scale, else most first) and the
     labels too rare to be measured well."""
+    from labelrl.data.schema import is_scale
+
     space = dataset.labels
     counts = list(dataset.label_counts().items())
     if space.kind != "ordinal":
         counts.sort(key=lambda item: -item[1])
     k = len(counts)
-    why = f" (positive label {space.positive_label})" if space.kind == "binary" else "" if kind or labels else {
-        "ordinal": " (every label a number: a scale; --kind categorical if it is not one)",
-        "categorical": " (--kind ordinal --labels LOW,…,HIGH if the labels are a scale)"}[space.kind]
+    if space.kind == "binary":
+        why = f" (positive label {space.positive_label})"
+    elif kind or labels:
+        why = ""
+    elif space.kind == "ordinal":
+        why = (" (every label a number: a scale; --kind categorical if it is not one)" if is_scale(space.labels)
+               else " (the file's ordered categories, lowest first)")
+    else:
+        why = " (--kind ordinal --labels LOW,…,HIGH if the labels are a scale)"
     shown = ", ".join(f"{label} ({n:,})" for label, n in counts[:SHOWN_LABELS])
     more = f", and {k - SHOWN_LABELS} more" if k > SHOWN_LABELS else ""
     skipped = f" ({len(dataset.skipped_rows):,} bad rows skipped)" if dataset.skipped_rows else ""

@@ -12,9 +12,9 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from labelrl.data.builtin import BUILTIN_DATASETS, builtin_help
-from labelrl.data.schema import ColumnSpec, RawTable, RowProblem, build_examples, resolve_columns
+from labelrl.data.schema import ColumnSpec, RawTable, RowProblem, build_examples, label_to_str, resolve_columns
 from labelrl.fileio import atomic_write_text
-from labelrl.types import Dataset
+from labelrl.types import Dataset, LabelSpace
 
 JSONL_SUFFIXES = (".jsonl", ".ndjson")
 CSV_SUFFIXES = (".csv",)
@@ -212,11 +212,21 @@ def read_csv(path: Path, delimiter: str | None = None, encoding: str = "utf-8") 
 def read_parquet(path: Path) -> RawTable:
     import pyarrow.parquet as pq
 
+    import pyarrow as pa
+
     try:
         table = pq.read_table(path)
     except Exception as exc:  # pyarrow raises several types for a corrupt file
         raise ValueError(f"{path}: not a readable Parquet file ({exc}); write it with pyarrow or pandas") from None
-    return RawTable(str(path), tuple(table.column_names), table.to_pylist())
+    spaces = {}
+    for column in table.schema:
+        # pandas writes an ordered categorical (pd.Categorical(..., ordered=True)) as an ordered
+        # dictionary: its categories are the grades, lowest first, used or not
+        if pa.types.is_dictionary(column.type) and column.type.ordered:
+            grades = [label_to_str(x) for x in pa.chunked_array(table.column(column.name)).combine_chunks().dictionary.to_pylist()]
+            if len(grades) >= 2 and all(grades):
+                spaces[column.name] = LabelSpace(tuple(grades), kind="ordinal")
+    return RawTable(str(path), tuple(table.column_names), table.to_pylist(), spaces)
 
 
 def read_saved_dataset(path: Path) -> RawTable:
@@ -234,7 +244,17 @@ def read_saved_dataset(path: Path) -> RawTable:
         raise ValueError(
             f"{path}: holds several splits ({splits}); give one split's folder, e.g. {path / next(iter(data))}"
         )
-    return RawTable(str(path), tuple(data.column_names), data.to_list())
+    rows, spaces = data.to_list(), {}
+    for name, feature in data.features.items():
+        if isinstance(feature, datasets.ClassLabel) and len(feature.names) >= 2:
+            # a ClassLabel column holds each label's index: the rows name the label instead, and the
+            # feature's names are the label set, used or not (-1, the index of "no label", is missing)
+            names = feature.names
+            for row in rows:
+                index = row.get(name)
+                row[name] = names[index] if isinstance(index, int) and 0 <= index < len(names) else None
+            spaces[name] = LabelSpace(tuple(names), kind="binary" if len(names) == 2 else "categorical")
+    return RawTable(str(path), tuple(data.column_names), rows, spaces)
 
 
 def read_table(path: Path, delimiter: str | None = None, encoding: str = "utf-8") -> RawTable:
@@ -275,7 +295,7 @@ def read_source(source: str | Path, delimiter: str | None = None,
         return name, table, ColumnSpec(builtin.text_cols, builtin.label_col, builtin.id_col), builtin.label_spaces
     path = Path(source)
     table = read_table(path, delimiter, encoding)
-    return (path.stem if path.is_file() else path.name), table, None, {}
+    return (path.stem if path.is_file() else path.name), table, None, table.label_spaces
 
 
 def load_dataset(

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Sequence
 
 from labelrl.types import Example, LabelKind, LabelSpace, canonical_label
@@ -45,11 +45,14 @@ class RowProblem:
 
 @dataclass(frozen=True)
 class RawTable:
-    """Rows as read from a source; ``rows[i]`` is data row ``i + 1`` (or why it is unreadable)."""
+    """Rows as read from a source; ``rows[i]`` is data row ``i + 1`` (or why it is unreadable).
+    ``label_spaces``: the label set a column's own type declares (a pandas ordered categorical in
+    Parquet, a ``datasets`` ClassLabel), by column."""
 
     source: str
     columns: tuple[str, ...]
     rows: list[dict[str, Any] | RowProblem]
+    label_spaces: dict[str, LabelSpace] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -120,7 +123,7 @@ def label_to_str(value: Any) -> str | None:
     return integral.group(1) if integral else text
 
 
-def _is_scale(names: Sequence[str]) -> bool:
+def is_scale(names: Sequence[str]) -> bool:
     """Every label a number: a scale, ordinal in numeric order."""
     return bool(names) and all(_NUMBER.fullmatch(x) for x in names)
 
@@ -258,7 +261,7 @@ def infer_kind(labels: Sequence[str]) -> LabelKind:
     """2 labels → binary; all numbers (1–5, 0.5–5.0 in halves) → ordinal; else categorical."""
     if len(labels) == 2:
         return "binary"
-    if _is_scale(labels):
+    if is_scale(labels):
         return "ordinal"
     return "categorical"
 
@@ -271,7 +274,7 @@ def infer_labels(observed: Sequence[str]) -> tuple[str, ...]:
     for label, _ in spellings.most_common():  # equal counts keep the order first seen
         spelling.setdefault(canonical_label(label), label)
     names = list(spelling.values())
-    if _is_scale(names):
+    if is_scale(names):
         return tuple(sorted(names, key=float))
     return tuple(sorted(names, key=canonical_label))
 
@@ -295,7 +298,7 @@ def resolve_label_space(
         positive = positive if positive is not None else (default.positive if kind == "binary" else None)
     else:
         names = infer_labels(observed)
-        if kind == "ordinal" and not _is_scale(names):
+        if kind == "ordinal" and not is_scale(names):
             raise ValueError(
                 f"{source}: kind=ordinal but the labels {list(names)} are not numbers, so their order "
                 "is unknown; declare it with --labels low,mid,high (lowest first)"
