@@ -222,8 +222,9 @@ def read_parquet(path: Path) -> RawTable:
     for column in table.schema:
         # pandas writes an ordered categorical (pd.Categorical(..., ordered=True)) as an ordered
         # dictionary: its categories are the grades, lowest first, used or not
-        if pa.types.is_dictionary(column.type) and column.type.ordered:
-            grades = [label_to_str(x) for x in pa.chunked_array(table.column(column.name)).combine_chunks().dictionary.to_pylist()]
+        chunks = table.column(column.name).chunks
+        if pa.types.is_dictionary(column.type) and column.type.ordered and chunks:  # every chunk has pandas' categories
+            grades = [label_to_str(x) for x in chunks[0].dictionary.to_pylist()]
             if len(grades) >= 2 and all(grades):
                 spaces[column.name] = LabelSpace(tuple(grades), kind="ordinal")
     return RawTable(str(path), tuple(table.column_names), table.to_pylist(), spaces)
