@@ -6,6 +6,7 @@ Only plain data lives here (no torch, no I/O), so every package may import it.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, Literal, Mapping
 
 LabelKind = Literal["binary", "categorical", "ordinal"]
@@ -56,21 +57,22 @@ class LabelSpace:
             raise ValueError(f"kind={self.kind!r}: only binary tasks have a positive label")
         return self.positive if self.positive is not None else self.labels[1]
 
+    @cached_property
+    def _positions(self) -> dict[str, int]:
+        """Each label's canonical form → its position (a loader looks up every row's label)."""
+        return {canonical_label(name): i for i, name in enumerate(self.labels)}
+
     def index(self, label: str) -> int:
         """Position of ``label`` (matched as ``canonical_label`` compares)."""
-        key = canonical_label(label)
-        for i, name in enumerate(self.labels):
-            if canonical_label(name) == key:
-                return i
-        raise ValueError(f"label {label!r} is not one of {list(self.labels)}")
+        position = self._positions.get(canonical_label(label))
+        if position is None:
+            raise ValueError(f"label {label!r} is not one of {list(self.labels)}")
+        return position
 
     def normalise(self, label: str) -> str | None:
         """The declared spelling of ``label``, or None when it is not a label."""
-        key = canonical_label(label)
-        for name in self.labels:
-            if canonical_label(name) == key:
-                return name
-        return None
+        position = self._positions.get(canonical_label(label))
+        return None if position is None else self.labels[position]
 
 
 def canonical_label(text: str) -> str:

@@ -261,3 +261,19 @@ def test_a_datasets_class_label_reads_as_its_names(tmp_path):
     assert data.labels.labels == ("negative", "neutral", "positive") and data.labels.kind == "categorical"
     assert [ex.label for ex in data.examples] == ["negative", "neutral", "positive"]
     assert [r["reason"] for r in data.skipped_rows] == ["missing label"]  # -1 is the ClassLabel of no label
+
+
+def test_a_file_is_parsed_once_per_process_and_again_when_its_bytes_change(tmp_path, monkeypatch):
+    """A ladder loads its task's file for every run and evaluation: a 200,000-row CSV took 6–8 s
+    each time. The parsed dataset is kept, keyed on the file's bytes and the options."""
+    from labelrl.data import load as L
+
+    path = tmp_path / "reviews.csv"
+    path.write_text("text,label\ngood,pos\nbad,neg\n", encoding="utf-8")
+    reads = []
+    monkeypatch.setattr(L, "read_table", lambda *a, **k: reads.append(a) or L.read_csv(a[0], None, "utf-8"))
+    first = load_dataset(path)
+    assert load_dataset(path) is first and len(reads) == 1
+    assert load_dataset(path, labels="neg,pos,meh").labels.labels == ("neg", "pos", "meh") and len(reads) == 2
+    path.write_text("text,label\ngood,pos\nawful,neg\n", encoding="utf-8")  # the same size, rewritten in place
+    assert [ex.text for ex in load_dataset(path).examples] == ["good", "awful"] and len(reads) == 3

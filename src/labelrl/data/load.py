@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import codecs
 import csv
+import hashlib
 import io
 import itertools
 import json
 import re
+from collections import OrderedDict
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -333,6 +335,36 @@ def load_dataset(
         text_cols = [text_cols]
     if isinstance(labels, str):
         labels = [x.strip() for x in labels.split(",") if x.strip()]
+    content = _content_key(source)
+    key = None if content is None else (content, str(source), tuple(text_cols or ()), label_col, tuple(labels or ()),
+                                        kind, positive, id_col, on_bad_row, delimiter, encoding)
+    if key in _LOADED:  # a ladder reads its task's file for every run and evaluation: parse it once per process
+        _LOADED.move_to_end(key)
+        return _LOADED[key]
+    dataset = _load(source, text_cols, label_col, labels, kind, positive, id_col, on_bad_row, delimiter, encoding)
+    if key is not None:
+        _LOADED[key] = dataset
+        while len(_LOADED) > KEPT_DATASETS:
+            _LOADED.popitem(last=False)
+    return dataset
+
+
+KEPT_DATASETS = 4  # parsed datasets a process keeps: a ladder's tasks and their out-of-domain sets
+_LOADED: OrderedDict[tuple, Dataset] = OrderedDict()
+
+
+def _content_key(source: str | Path) -> tuple | None:
+    """What a file's rows depend on: its path and the digest of its bytes (a file rewritten in
+    place is read again, whatever its size and time stamps say); None for a built-in (read in a
+    fraction of a second) or a ``datasets`` directory, which are read each time."""
+    path = Path(source)
+    if str(source) in BUILTIN_DATASETS or not path.is_file():
+        return None
+    with open(path, "rb") as handle:
+        return (str(path.resolve()), hashlib.file_digest(handle, "blake2b").hexdigest())
+
+
+def _load(source, text_cols, label_col, labels, kind, positive, id_col, on_bad_row, delimiter, encoding) -> Dataset:
     name, table, defaults, default_spaces = read_source(source, delimiter, encoding)
     spec = resolve_columns(table, text_cols, label_col, id_col, defaults)
     examples, space, skipped = build_examples(
