@@ -110,6 +110,12 @@ class Dataset:
     def __len__(self) -> int:
         return len(self.examples)
 
+    @cached_property
+    def memo(self) -> dict:
+        """What has been computed from this dataset's content, kept with it (e.g. its splits'
+        fingerprint, ``labelrl.data.split.splits_fingerprint``): the dataset never changes."""
+        return {}
+
     def label_counts(self) -> dict[str, int]:
         counts = {name: 0 for name in self.labels.labels}
         for ex in self.examples:

@@ -48,6 +48,28 @@ def test_normalise_text():
     assert group_key(":)") == group_key(" :) ")
 
 
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=40))
+def test_normalise_text_deletes_exactly_the_punctuation_categories(text):
+    # the definition, character by character; splits.json groups depend on it staying the same
+    import unicodedata
+
+    folded = unicodedata.normalize("NFKC", text).casefold()
+    kept = "".join(ch for ch in folded if not unicodedata.category(ch).startswith("P"))
+    assert normalise_text(text) == " ".join(kept.split())
+
+
+def test_a_datasets_splits_fingerprint_is_computed_once(monkeypatch):
+    ds = with_near_duplicates()
+    calls = []
+    real = split_module._fingerprint
+    monkeypatch.setattr(split_module, "_fingerprint", lambda *a: calls.append(a) or real(*a))
+    first = split_module.splits_fingerprint(ds, 0, (0.8, 0.1, 0.1))
+    assert split_module.splits_fingerprint(ds, 0, [0.8, 0.1, 0.1]) == first and len(calls) == 1
+    assert split_module.splits_fingerprint(ds, 1, (0.8, 0.1, 0.1)) != first and len(calls) == 2
+    assert split_module.splits_fingerprint(make_dataset([ex.text for ex in ds.examples]), 0, (0.8, 0.1, 0.1)) == first
+
+
 def test_no_normalised_group_straddles_two_splits():
     ds = with_near_duplicates()
     splits = make_splits(ds, seed=3)
