@@ -212,9 +212,8 @@ def read_csv(path: Path, delimiter: str | None = None, encoding: str = "utf-8") 
 
 
 def read_parquet(path: Path) -> RawTable:
-    import pyarrow.parquet as pq
-
     import pyarrow as pa
+    import pyarrow.parquet as pq
 
     try:
         table = pq.read_table(path)
