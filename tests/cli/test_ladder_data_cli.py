@@ -85,25 +85,6 @@ def test_long_label_names_raise_rls_token_cap_to_hold_the_longest_answer(tmp_pat
     from labelrl.models.load import load_tokenizer
 
     labels = ["clearly positive in its tone of voice", "neutral", "clearly negative in its tone of voice"]
-    assert "No item is graded" not in said
-    rows = [(f"review {g}-{i}", g) for g in "1235" for i in range(12)]  # a 1–5 scale nobody graded 4
-    with open(tmp_path / "gap.csv", "w", newline="", encoding="utf-8") as handle:
-        csv.writer(handle).writerows([("text", "grade"), *rows])
-    data_recipe(str(tmp_path / "gap.csv"), budget="smoke", **args)
-    said = " ".join(capsys.readouterr().out.split())
-    assert "No item is graded 4: grades count as steps of the list above, so declare the whole scale if it has " \
-           "them (--labels 1,2,3,4,5)" in said
-    data_recipe(str(tmp_path / "gap.csv"), budget="smoke", **{**args, "labels": "1,2,3,4,5"})
-    said = " ".join(capsys.readouterr().out.split())
-    assert "4 (0), 5 (12). No item is labelled 4: balanced accuracy averages the other 4 labels' recalls" in said
-    assert "No item is graded" not in said and "Fewer" not in said
-    import pandas as pd
-
-    quality = pd.Categorical(["low", "mid", "high"] * 10, categories=["low", "mid", "high"], ordered=True)
-    pd.DataFrame({"text": [f"snippet {i}" for i in range(30)], "grade": quality}).to_parquet(tmp_path / "q.parquet")
-    data_recipe(str(tmp_path / "q.parquet"), budget="smoke", **args)
-    said = " ".join(capsys.readouterr().out.split())
-    assert "30 items, 3 labels, ordinal (the file's ordered categories, lowest first): low (10), mid (10), high (10)" in said
     with open(tmp_path / "tones.csv", "w", newline="", encoding="utf-8") as handle:
         writer = csv.writer(handle)
         writer.writerow(["text", "tone"])

@@ -241,7 +241,7 @@ def data_recipe(data: str, *, budget: str, model: str | None, text_col: list[str
                              "with a GPU")
     dataset = load_dataset(data, text_cols=text_col or None, label_col=label_col, labels=labels, kind=kind,
                            positive=positive, on_bad_row=on_bad_row, delimiter=delimiter, encoding=encoding)
-    console.print(data_line(data, dataset, kind=kind, labels=labels), highlight=False)
+    console.print(data_line(data, dataset, kind=kind, labels=labels), highlight=False, soft_wrap=True)  # a path stays whole
     if dataset.labels.kind == "binary" and not positive:
         note_positive(dataset.labels.positive_label, dataset.label_counts())
     spec = budget_model(budget, model)  # RL's token cap must hold the longest answer in this model's tokens
