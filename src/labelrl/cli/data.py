@@ -63,7 +63,7 @@ def show(
         "Declared label set, comma-separated, lowest grade first for ordinal labels "
         "(e.g. 'ham,spam'). Rows with other labels are bad rows. Default: inferred."))] = None,
     kind: Annotated[Optional[str], typer.Option("--kind", metavar="binary|categorical|ordinal", help=(
-        "Label kind. Default: inferred (2 labels: binary; integer labels: ordinal; else categorical)."))] = None,
+        "Label kind. Default: inferred (2 labels: binary; numeric labels or a column of ordered categories: ordinal; else categorical)."))] = None,
     positive: Annotated[Optional[str], typer.Option("--positive", metavar="LABEL", help=(
         "Positive label of a binary task. Default: the built-in's, else the second label."))] = None,
     id_col: Annotated[Optional[str], typer.Option("--id-col", metavar="NAME", help=(
