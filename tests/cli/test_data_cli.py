@@ -101,3 +101,21 @@ def test_subprocess_sms_spam_json(tmp_path):
     assert summary["n_rows"] == 5574
     assert summary["label_counts"] == {"ham": 4827, "spam": 747}
     assert "5574" in proc.stdout
+
+
+def test_show_says_which_labels_are_too_rare_or_missing_from_the_scale(tmp_path):
+    # the notes `ladder --data` prints before training, where a user looks before training
+    path = tmp_path / "grades.jsonl"
+    rows = [{"text": f"review {g}-{i}", "label": g} for g, n in ((1, 30), (2, 4), (3, 30), (5, 30)) for i in range(n)]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    result = runner.invoke(make_app(), ["data", "show", str(path)])
+    said = " ".join(result.output.split())
+    assert result.exit_code == 0, result.output
+    assert "No item is graded 4: grades count as steps of the list above, so declare the whole scale if it has " \
+           "them (--labels 1,2,3,4,5)" in said
+    assert "Fewer than 10 items of 2: val and holdout hold a few at most, and one such item moves balanced " \
+           "accuracy by up to 1/4 = 0.250" in said
+    declared = runner.invoke(make_app(), ["data", "show", str(path), "--labels", "1,2,3,4,5"])
+    said = " ".join(declared.output.split())
+    assert "No item is labelled 4: balanced accuracy averages the other 4 labels' recalls" in said
+    assert "No item is graded" not in said and "1/5 = 0.200" in said

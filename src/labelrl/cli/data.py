@@ -78,7 +78,7 @@ def show(
 ) -> None:
     """Rows, label counts, duplicate groups, text lengths and skipped rows of a dataset."""
     from labelrl.data.load import load_dataset
-    from labelrl.data.split import summarize  # numpy: imported only when the command runs
+    from labelrl.data.split import label_notes, summarize  # numpy: imported only when the command runs
     from labelrl.fileio import atomic_write_json
 
     try:
@@ -96,6 +96,8 @@ def show(
         fail(f"{exc.filename or source}: {exc.strerror or exc}; check the path and its permissions")
     console = Console()
     console.print(_table(summary))
+    for note in label_notes(dataset, declared=bool(labels)):
+        console.print(note, highlight=False)
     if summary["skipped_rows"]:
         console.print(_skipped_table(summary["skipped_rows"]))
     if json_out is not None:

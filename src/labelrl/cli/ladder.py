@@ -265,7 +265,6 @@ def text_lengths(tokenizer, examples, most: int = 2000) -> list[int]:
     return [len(ids) for ids in tokenizer(texts, add_special_tokens=False)["input_ids"]] if texts else []
 
 
-RARE_ITEMS = 10  # a label with fewer items has a few at most in val and in the holdout
 SHOWN_LABELS = 12
 
 
@@ -274,6 +273,7 @@ def data_line(data: str, dataset, *, kind: str | None, labels: str | None) -> st
     to say otherwise), each label's count (in grade order for a scale, else most first) and the
     labels too rare to be measured well."""
     from labelrl.data.schema import is_scale
+    from labelrl.data.split import label_notes
 
     space = dataset.labels
     counts = list(dataset.label_counts().items())
@@ -293,31 +293,8 @@ def data_line(data: str, dataset, *, kind: str | None, labels: str | None) -> st
     more = f", and {k - SHOWN_LABELS} more" if k > SHOWN_LABELS else ""
     skipped = f" ({len(dataset.skipped_rows):,} bad rows skipped)" if dataset.skipped_rows else ""
     line = f"{data}: {len(dataset):,} items{skipped}, {k} labels, {space.kind}{why}: {shown}{more}"
-    gaps = scale_gaps(space.labels) if space.kind == "ordinal" and not labels else []
-    if gaps:
-        # partial credit counts grades by their place in the label list: 3 → 5 would be one grade off
-        line += (f". No item is graded {', '.join(gaps)}: grades count as steps of the list above, so declare the "
-                 f"whole scale if it has them (--labels {','.join(sorted([*space.labels, *gaps], key=int))})")
-    absent = [label for label, n in counts if n == 0]
-    if absent:  # a declared label no row has: balanced accuracy is the mean recall of the labels present
-        line += (f". No item is labelled {', '.join(absent)}: balanced accuracy averages the other "
-                 f"{k - len(absent)} labels' recalls")
-    rare = [label for label, n in counts if 0 < n < RARE_ITEMS]
-    if rare:
-        # balanced accuracy is the mean of the labels' recalls: one item of a label alone in a split is 1/k of it
-        line += (f". Fewer than {RARE_ITEMS} items of {', '.join(rare)}: val and holdout hold a few at most, and one "
-                 f"such item moves balanced accuracy by up to 1/{k} = {1 / k:.3f}")
-    return line
-
-
-def scale_gaps(labels) -> list[str]:
-    """The integers missing between an integer scale's lowest and highest grade (a few at most)."""
-    try:
-        grades = sorted(int(x) for x in labels)
-    except ValueError:
-        return []
-    missing = sorted(set(range(grades[0], grades[-1] + 1)) - set(grades))
-    return [str(g) for g in missing] if 0 < len(missing) <= len(grades) else []
+    notes = label_notes(dataset, declared=bool(labels))
+    return line + "".join(f". {note}" for note in notes)
 
 
 def note_positive(positive: str, counts: dict[str, int]) -> None:

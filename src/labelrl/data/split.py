@@ -215,6 +215,41 @@ def _duplicate_stats(groups: dict[str, list[Example]]) -> tuple[int, int]:
     return len(dup), sum(len(g) for g in dup)
 
 
+RARE_ITEMS = 10  # a label with fewer items has a few at most in val and in the holdout
+
+
+def label_notes(dataset: Dataset, *, declared: bool) -> list[str]:
+    """What a user should know about the label set before training: an integer scale with a
+    grade no row has (unless the labels were ``declared``), a declared label no row has, and the
+    labels with fewer than ``RARE_ITEMS`` items, each with what it does to balanced accuracy."""
+    space, counts = dataset.labels, dataset.label_counts()
+    k, notes = len(counts), []
+    gaps = scale_gaps(space.labels) if space.kind == "ordinal" and not declared else []
+    if gaps:
+        # partial credit counts grades by their place in the label list: 3 → 5 would be one grade off
+        notes.append(f"No item is graded {', '.join(gaps)}: grades count as steps of the list above, so declare the "
+                     f"whole scale if it has them (--labels {','.join(sorted([*space.labels, *gaps], key=int))})")
+    absent = [label for label, n in counts.items() if n == 0]
+    if absent:  # balanced accuracy is the mean recall of the labels present
+        notes.append(f"No item is labelled {', '.join(absent)}: balanced accuracy averages the other "
+                     f"{k - len(absent)} labels' recalls")
+    rare = [label for label, n in sorted(counts.items(), key=lambda item: -item[1]) if 0 < n < RARE_ITEMS]
+    if rare:  # one item of a label alone in a split is 1/k of the mean of the labels' recalls
+        notes.append(f"Fewer than {RARE_ITEMS} items of {', '.join(rare)}: val and holdout hold a few at most, and one "
+                     f"such item moves balanced accuracy by up to 1/{k} = {1 / k:.3f}")
+    return notes
+
+
+def scale_gaps(labels: Sequence[str]) -> list[str]:
+    """The integers missing between an integer scale's lowest and highest grade (a few at most)."""
+    try:
+        grades = sorted(int(x) for x in labels)
+    except ValueError:
+        return []
+    missing = sorted(set(range(grades[0], grades[-1] + 1)) - set(grades))
+    return [str(g) for g in missing] if 0 < len(missing) <= len(grades) else []
+
+
 def summarize(dataset: Dataset) -> dict:
     """Numbers ``labelrl data show`` prints: rows, label counts and shares, duplicate groups
     (exact text, normalised text, normalised groups with more than one label), text length
